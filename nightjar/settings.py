@@ -1,0 +1,155 @@
+"""Nightjar settings: everything that differs between machines comes from the
+environment (see .env.example), read through small helpers that fail loudly on
+junk instead of guessing."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value == "":
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name} must be 1/0, true/false, yes/no or on/off, not {value!r}.")
+
+
+def envint(name: str, default: int, *, minimum: int = 0) -> int:
+    value = os.environ.get(name, "").strip()
+    if value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}.") from None
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}.")
+    return number
+
+
+def envlist(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = envbool("DJANGO_DEBUG", False)
+# Without a provided key the site still runs locally; `check --deploy` flags
+# the insecure key (security.W009), so production cannot miss it.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "django-insecure-local-only-never-deploy-this-key"
+ALLOWED_HOSTS = envlist("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+
+# Lab mode: "Your registrations" lists every registration, as the learner lab
+# expects. The local run (bin/run) turns it on.
+NIGHTJAR_LAB = envbool("NIGHTJAR_LAB", False)
+
+# The broker. The default is the project-local node that bin/run starts.
+RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5673/%2F")
+NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE", "nightjar.registrations")
+# After this many failed deliveries RabbitMQ dead-letters a message instead of
+# redelivering it forever (quorum queue x-delivery-limit).
+NIGHTJAR_DELIVERY_LIMIT = envint("NIGHTJAR_DELIVERY_LIMIT", 20, minimum=1)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "tickets",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "nightjar.urls"
+WSGI_APPLICATION = "nightjar.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def sqlite_options() -> dict:
+    # WAL lets guests read while a worker writes; IMMEDIATE takes the write
+    # lock at BEGIN, so competing workers queue up instead of failing with
+    # "database is locked" halfway through a transaction.
+    return {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+if DATABASE_URL:
+    try:
+        _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
+else:
+    _database = {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    _database["OPTIONS"] = {**sqlite_options(), **_database.get("OPTIONS", {})}
+    # Tests run workers as separate processes, so the test database must be
+    # a file they can open, never an in-memory one.
+    _database["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Hashed, compressed names served by whitenoise (needs collectstatic,
+    # which bin/run does).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"tickets": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")}},
+}

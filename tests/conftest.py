@@ -1,0 +1,216 @@
+"""Test set-up: a real, throwaway RabbitMQ node for the whole run (unless
+RABBITMQ_URL is given), a fresh queue per test, and helpers to run the worker
+as a real process against the test database.
+
+A node that cannot start is a failure, never a skip: every guarantee Nightjar
+makes is proven against the real broker.
+"""
+
+import contextlib
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tickets import broker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    # The node's distribution port is port + 20000, so both must be free.
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port < 45000:
+            with socket.socket() as other:
+                try:
+                    other.bind(("127.0.0.1", port + 20000))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("No free pair of ports for the test RabbitMQ node.")
+
+
+class RabbitNode:
+    """The broker the tests use; `down()` takes it away for a while."""
+
+    def __init__(self, url: str, folder: Path | None) -> None:
+        self.url = url
+        self.folder = folder
+
+    def ctl(self, *args: str) -> None:
+        subprocess.run([ROOT / "bin" / "rabbitmq-node", "ctl", str(self.folder), *args], check=True, capture_output=True)
+
+    def stop_app(self) -> None:
+        if self.folder is None:
+            # Not our node: make it unreachable for this process instead.
+            settings.RABBITMQ_URL = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"
+        else:
+            self.ctl("stop_app")
+        broker.publisher.reset()
+
+    def start_app(self) -> None:
+        if self.folder is None:
+            settings.RABBITMQ_URL = self.url
+        else:
+            self.ctl("start_app")
+            self.ctl("await_startup")
+        broker.publisher.reset()
+
+    @contextlib.contextmanager
+    def down(self):
+        self.stop_app()
+        try:
+            yield
+        finally:
+            self.start_app()
+
+
+@pytest.fixture(scope="session")
+def rabbit(tmp_path_factory) -> RabbitNode:
+    given = os.environ.get("RABBITMQ_URL")
+    if given:
+        node = RabbitNode(given, None)
+        yield node
+        return
+    folder = tmp_path_factory.mktemp("rabbitmq")
+    result = subprocess.run(
+        [ROOT / "bin" / "rabbitmq-node", "start", str(folder), str(free_port())],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"The test RabbitMQ node did not start:\n{result.stderr}", pytrace=False)
+    node = RabbitNode(result.stdout.strip(), folder)
+    try:
+        yield node
+    finally:
+        subprocess.run([ROOT / "bin" / "rabbitmq-node", "stop", str(folder)], capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def test_settings(settings, rabbit):
+    """A queue of its own per test, so no test sees another's deliveries."""
+    settings.RABBITMQ_URL = rabbit.url
+    settings.NIGHTJAR_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
+    settings.NIGHTJAR_LAB = False
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    broker.publisher.reset()
+    yield settings
+    broker.publisher.reset()
+
+
+def database_url() -> str:
+    """The test database, as a URL a worker subprocess can open."""
+    params = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{params['NAME']}"
+    return f"postgres://{params['USER']}:{params['PASSWORD']}@{params['HOST']}:{params['PORT']}/{params['NAME']}"
+
+
+@pytest.fixture
+def worker_env(test_settings) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "nightjar.settings",
+        "DATABASE_URL": database_url(),
+        "RABBITMQ_URL": test_settings.RABBITMQ_URL,
+        "NIGHTJAR_QUEUE": test_settings.NIGHTJAR_QUEUE,
+        "PYTHONUNBUFFERED": "1",
+    }
+    return env
+
+
+class Workers:
+    """Run `manage.py worker` as real processes of their own."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.running: list[subprocess.Popen] = []
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, str(ROOT / "manage.py"), "worker", *args]
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command(*args), env=self.env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> "Process":
+        proc = subprocess.Popen(
+            self.command(*args),
+            env=env or self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.running.append(proc)
+        return Process(proc)
+
+    def stop_all(self) -> None:
+        for proc in self.running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+class Process:
+    """A started worker: read its output line by line, poke it, wait for it."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        """Read output until a line containing text; fail with all output if it never comes."""
+        selector = selectors.DefaultSelector()
+        selector.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                    break
+                line = self.proc.stdout.readline()
+                if line == "":
+                    break
+                self.lines.append(line.rstrip("\n"))
+                if text in line:
+                    return line
+        finally:
+            selector.close()
+        output = "\n".join(self.lines)
+        raise AssertionError(f"Worker never printed {text!r} (exit {self.proc.poll()}). Output:\n{output}")
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def finish(self, timeout: float = 30) -> tuple[int, str]:
+        rest, _ = self.proc.communicate(timeout=timeout)
+        self.lines.extend(rest.splitlines())
+        return self.proc.returncode, "\n".join(self.lines)
+
+
+@pytest.fixture
+def workers(worker_env):
+    pool = Workers(worker_env)
+    yield pool
+    pool.stop_all()

@@ -1,0 +1,106 @@
+"""The guest's path through the site, with a real worker process making the ticket."""
+
+import re
+
+import pytest
+from django.core.management import call_command
+
+from tickets.models import Registration, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def register(client, name: str):
+    page = client.get("/evening/")
+    key = re.search(r'name="submission_key" value="([^"]+)"', page.content.decode()).group(1)
+    return client.post("/evening/", {"name": name, "submission_key": key})
+
+
+def test_pages_lead_from_home_to_the_form(client):
+    home = client.get("/")
+    assert "Explore the evening" in home.content.decode()
+    assert 'href="/visit/"' in home.content.decode()
+    visit = client.get("/visit/")
+    assert "Plan your visit" in visit.content.decode()
+    evening = client.get("/evening/").content.decode()
+    assert "The evening" in evening
+    assert '<label for="id_name">Guest name</label>' in evening
+    assert "Register for the evening" in evening
+
+
+def test_registration_gets_its_ticket_from_a_worker_process(client, workers):
+    response = register(client, "Ada Lovelace")
+    assert response.status_code == 302
+    registration = Registration.objects.get()
+    page = client.get(response["Location"]).content.decode()
+    assert registration.code in page
+    assert "Your ticket is being prepared" in page
+    assert "Open ticket" not in page
+
+    result = workers.run()
+    assert result.returncode == 0, result.stderr
+    assert f"Received {registration.code} redelivered=False" in result.stdout
+    assert "Handler returned." in result.stdout
+
+    page = client.get(response["Location"]).content.decode()
+    assert "Open ticket" in page
+    assert "Your ticket is being prepared" not in page
+    ticket_page = client.get(f"{response['Location']}ticket/").content.decode()
+    assert "Download ticket" in ticket_page and "Back to registration" in ticket_page
+    download = client.get(f"{response['Location']}ticket/download/")
+    assert download.status_code == 200
+    assert registration.code in download["Content-Disposition"]
+    body = download.content.decode()
+    ticket = Ticket.objects.get()
+    assert registration.code in body and "Ada Lovelace" in body and ticket.number in body
+
+
+def test_no_ready_registrations_when_the_queue_is_empty(workers):
+    result = workers.run()
+    assert result.returncode == 0
+    assert result.stdout.strip() == "No ready registrations"
+
+
+def test_demo_guest_ticket_opens_and_seeding_twice_changes_nothing(client):
+    call_command("seed_demo")
+    call_command("seed_demo")
+    mina = Registration.objects.get()
+    assert (mina.code, mina.name, mina.tickets.count()) == ("R-0001", "Mina Patel", 1)
+    base = f"/registrations/{mina.code}/{mina.secret}/"
+    assert "Open ticket" in client.get(base).content.decode()
+    assert "Mina Patel" in client.get(f"{base}ticket/download/").content.decode()
+    # The next guest after the demo data is R-0002.
+    assert register(client, "Next Guest").status_code == 302
+    assert Registration.objects.latest("id").code == "R-0002"
+
+
+def test_two_guests_with_the_same_name_get_two_tickets(client, workers):
+    register(client, "Same name")
+    register(client, "Same name")
+    assert Registration.objects.filter(name="Same name").count() == 2
+    result = workers.run("--drain")
+    assert result.returncode == 0, result.stderr
+    assert "Drained 2 deliveries" in result.stdout
+    assert sorted(Ticket.objects.values_list("registration_id", flat=True)) == sorted(
+        Registration.objects.values_list("id", flat=True)
+    )
+
+
+def test_your_registrations_lists_this_browser_only_unless_lab_mode(client, settings):
+    register(client, "Mine")
+    Registration.objects.create(name="Someone else")
+    mine = client.get("/registrations/").content.decode()
+    assert "Mine" in mine and "Someone else" not in mine
+    settings.NIGHTJAR_LAB = True
+    everyone = client.get("/registrations/").content.decode()
+    assert "Mine" in everyone and "Someone else" in everyone
+
+
+def test_a_wrong_or_missing_secret_is_a_404(client):
+    registration = Registration.objects.create(name="Private Person")
+    wrong = "x" * len(registration.secret)
+    assert client.get(f"/registrations/{registration.code}/{wrong}/").status_code == 404
+    assert client.get(f"/registrations/{registration.code}/").status_code == 404
+    assert client.get(f"/registrations/{registration.code}/{wrong}/ticket/download/").status_code == 404
+    assert client.get(f"/registrations/R-9999/{registration.secret}/").status_code == 404
+    assert client.get(f"/registrations/{registration.code}/{registration.secret}/").status_code == 200

@@ -1,0 +1,28 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from tickets import services
+
+
+class Command(BaseCommand):
+    help = "Show how to repair a registration's duplicate tickets; with --apply, do it in one transaction."
+
+    def add_arguments(self, parser):
+        parser.add_argument("code", help="Registration ID, e.g. R-0002.")
+        parser.add_argument("--apply", action="store_true", help="Apply the plan (otherwise nothing changes).")
+
+    def handle(self, *args, **options):
+        try:
+            if options["apply"]:
+                plan = services.repair_registration(code=options["code"])
+            else:
+                plan = services.plan_repair(code=options["code"])
+        except services.NightjarError as error:
+            raise CommandError(str(error), returncode=1) from None
+        for line in plan.lines():
+            self.stdout.write(line)
+        if plan.applied:
+            self.stdout.write(
+                f"Applied: {len(plan.delete)} ticket(s) deleted; {plan.registration.code} has one ticket."
+            )
+        else:
+            self.stdout.write("Nothing changed. Run again with --apply to do it.")

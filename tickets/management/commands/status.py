@@ -1,0 +1,24 @@
+from django.core.management.base import BaseCommand
+
+from tickets import services
+
+
+class Command(BaseCommand):
+    help = "Show every registration's state, the totals, and the queue depth. Changes nothing."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--limit", type=int, default=None, help="Show at most this many registrations.")
+
+    def handle(self, *args, **options):
+        for row in services.registration_states(limit=options["limit"]):
+            self.stdout.write(f"{row.code}  {row.state:<33} tickets={row.tickets}  {row.name}")
+        status = services.delivery_status()
+        self.stdout.write(
+            f"Registrations: {status.registrations}  pending: {status.pending}  issued: {status.issued}  "
+            f"duplicate tickets: {status.duplicates}  tickets: {status.tickets}  rejected messages: {status.rejected}"
+        )
+        if status.queue is None:
+            self.stdout.write(f"Queue: unknown ({status.queue_error})")
+        else:
+            q = status.queue
+            self.stdout.write(f"Queue: {q['ready']} ready, {q['consumers']} consumers, {q['dead']} dead-lettered")

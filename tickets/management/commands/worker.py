@@ -1,0 +1,84 @@
+import logging
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.module_loading import import_string
+
+from tickets import broker
+from tickets.checkpoints import CHECKPOINTS, CRASHES, Pause
+from tickets.worker import Worker
+
+logger = logging.getLogger("tickets.worker")
+
+DEFAULT_HANDLER = "tickets.handler.handle"
+
+
+class Command(BaseCommand):
+    help = (
+        "Turn registrations from RabbitMQ into tickets. By default takes one ready delivery and exits; "
+        "--drain until the queue is empty; --serve until SIGTERM or Ctrl+C."
+    )
+
+    def add_arguments(self, parser):
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--drain", action="store_true", help="Repeat until nothing is ready, then print a count.")
+        mode.add_argument("--serve", action="store_true", help="Consume until SIGTERM/SIGINT (service mode).")
+        parser.add_argument("--pause", choices=CHECKPOINTS, help="Stop at this checkpoint until Enter or Ctrl+C.")
+        parser.add_argument(
+            "--crash", choices=sorted(CRASHES), help="Exit abruptly: before (21) the write, after (22) the commit."
+        )
+        parser.add_argument(
+            "--handler", default=DEFAULT_HANDLER, help=f"Dotted path of the handler (default {DEFAULT_HANDLER})."
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=int,
+            default=10,
+            help="Unacked deliveries RabbitMQ may send ahead in --serve (default 10).",
+        )
+        parser.add_argument(
+            "--reconcile-every",
+            type=float,
+            metavar="SECONDS",
+            help="In --serve, republish registrations whose publish was lost, this often.",
+        )
+
+    def handle(self, *args, **options):
+        if options["prefetch"] < 1:
+            raise CommandError("--prefetch must be at least 1.", returncode=2)
+        if options["reconcile_every"] is not None and not options["serve"]:
+            raise CommandError("--reconcile-every only makes sense with --serve.", returncode=2)
+        try:
+            handler = import_string(options["handler"])
+        except ImportError as error:
+            raise CommandError(f"Cannot load handler {options['handler']!r}: {error}", returncode=2) from None
+        pause = None
+        if options["pause"] or options["crash"]:
+            pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)
+        worker = Worker(
+            handler=handler,
+            pause=pause,
+            stdout=self.stdout,
+            prefetch=options["prefetch"] if options["serve"] else 1,
+            reconcile_every=options["reconcile_every"],
+        )
+        try:
+            if options["serve"]:
+                worker.serve()
+                return
+            worker.connect()
+            if options["drain"]:
+                count = worker.drain()
+                self.stdout.write(f"Drained {count} deliveries; no ready registrations left.")
+            elif not worker.take_one():
+                self.stdout.write("No ready registrations")
+        except KeyboardInterrupt:
+            # The connection closes unacked: RabbitMQ hands the delivery back.
+            raise CommandError("Interrupted; the delivery goes back to RabbitMQ.", returncode=130) from None
+        except broker.BrokerError as error:
+            raise CommandError(str(error), returncode=3) from None
+        except Exception as error:
+            # Never ack on an error: closing the connection hands the delivery back.
+            logger.exception("The handler failed")
+            raise CommandError(f"Not acked, the delivery goes back to RabbitMQ: {error}", returncode=1) from None
+        finally:
+            worker.close()

@@ -1,0 +1,103 @@
+"""Nightjar's rows. Models hold data and invariants; they never touch RabbitMQ."""
+
+import hmac
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+from tickets.contract import MAX_NAME_LENGTH, format_code
+
+
+def new_secret() -> str:
+    # 32 random bytes = 256 bits, URL-safe: unguessable in guest URLs.
+    return secrets.token_urlsafe(32)
+
+
+class Registration(models.Model):
+    """The durable intent: a guest asked for a ticket. Written by the web request."""
+
+    name = models.CharField(max_length=MAX_NAME_LENGTH)
+    # reconcile walks pending registrations oldest first.
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    secret = models.CharField(max_length=64, default=new_secret, editable=False)
+    # A re-sent form (double click, browser retry) finds its registration by this key.
+    submission_key = models.CharField(max_length=64, null=True, blank=True, unique=True, editable=False)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.name}"
+
+    @property
+    def code(self) -> str:
+        return format_code(self.pk)
+
+    def secret_matches(self, candidate: str) -> bool:
+        # Constant time, so response timing does not leak the secret.
+        return hmac.compare_digest(self.secret.encode(), candidate.encode())
+
+
+class Ticket(models.Model):
+    """What the worker makes. Deliberately NOT unique per registration: the
+    unsafe lab handler must be able to make a duplicate, and repair must be
+    able to remove it. The Completion key is what keeps the safe path to one."""
+
+    registration = models.ForeignKey(Registration, on_delete=models.PROTECT, related_name="tickets")
+    name = models.CharField(max_length=MAX_NAME_LENGTH)
+    issued = models.DateTimeField(default=timezone.now)
+    secret = models.CharField(max_length=64, default=new_secret, editable=False)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.number} for {self.registration.code}"
+
+    @property
+    def number(self) -> str:
+        return f"T-{self.pk:04d}"
+
+
+class Completion(models.Model):
+    """The receipt of idempotency: one row per registration whose ticket was
+    made. Its primary key is the registration, so a second insert fails."""
+
+    registration = models.OneToOneField(
+        Registration, primary_key=True, on_delete=models.PROTECT, related_name="completion"
+    )
+    completed = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["registration_id"]
+
+    def __str__(self) -> str:
+        return f"completion {format_code(self.registration_id)}"
+
+
+class RejectedMessage(models.Model):
+    """A delivery that broke the contract or did not match its registration.
+    Recorded (and only then acked) so that nothing is silently dropped."""
+
+    MAX_REASON = 300
+    MAX_EXCERPT = 8192
+
+    reason = models.CharField(max_length=MAX_REASON)
+    body_excerpt = models.TextField(blank=True)
+    # Identifies a redelivery of the same poison body, so it is recorded once.
+    body_sha256 = models.CharField(max_length=64, db_index=True)
+    body_size = models.PositiveIntegerField()
+    # Set when the body names a registration that exists (admin shows it there).
+    registration = models.ForeignKey(
+        Registration, null=True, blank=True, on_delete=models.SET_NULL, related_name="rejected_messages"
+    )
+    message_id = models.CharField(max_length=200, blank=True)
+    redelivered = models.BooleanField(default=False)
+    received = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-received", "-id"]
+
+    def __str__(self) -> str:
+        return f"rejected #{self.pk}: {self.reason[:60]}"

@@ -1,0 +1,304 @@
+"""Every state change in Nightjar, as plain functions named after what staff
+would say. Views, the admin and management commands all call these; none of
+them changes rows on its own. Each guards first (raising NightjarError with a
+sentence a person understands), then changes rows in one atomic block, and
+publishes only after the commit.
+"""
+
+import contextlib
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.core.management.color import no_style
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Exists, OuterRef
+from django.utils import timezone
+
+from tickets import broker, contract
+from tickets.models import Completion, Registration, RejectedMessage, Ticket
+
+logger = logging.getLogger(__name__)
+
+DEMO_NAME = "Mina Patel"
+
+
+class NightjarError(Exception):
+    """A request that cannot be done; str() is the sentence to show a person."""
+
+
+class UnknownRegistration(NightjarError):
+    pass
+
+
+class SubmissionConflict(NightjarError):
+    pass
+
+
+class RepairRefused(NightjarError):
+    pass
+
+
+def find_registration(*, code: str) -> Registration:
+    try:
+        registration_id = contract.parse_code(code)
+    except contract.ContractError as error:
+        raise UnknownRegistration(str(error)) from None
+    try:
+        return Registration.objects.get(pk=registration_id)
+    except Registration.DoesNotExist:
+        raise UnknownRegistration(f"There is no registration {contract.format_code(registration_id)}.") from None
+
+
+def publish_registration(registration: Registration) -> None:
+    """Publish one delivery of a registration. Raises broker.BrokerError.
+    Never call it inside a transaction: it waits on the network."""
+    body = contract.encode(registration_id=registration.pk, name=registration.name)
+    # message_id tells publications apart in logs; dedup is by the body's ID.
+    message_id = f"{registration.code}/{timezone.now().timestamp():.6f}"
+    broker.publish(body, message_id=message_id)
+
+
+def publish_after_commit(registration: Registration) -> None:
+    """The registration is already safe in the database, so a failed publish
+    is logged and left for reconcile; the guest never sees an error for it."""
+    try:
+        publish_registration(registration)
+    except broker.BrokerError as error:
+        logger.warning("%s stored but not published; reconcile will publish it: %s", registration.code, error)
+
+
+def register_guest(*, name: str, submission_key: str | None = None) -> Registration:
+    """Record a guest's registration (the durable intent) and publish it after commit.
+
+    The same submission key with the same name returns the registration made
+    the first time (a re-sent form); with another name it is refused.
+    """
+    name = contract.clean_name(name)
+    if submission_key:
+        existing = Registration.objects.filter(submission_key=submission_key).first()
+        if existing is not None:
+            return _same_submission(existing, name)
+    try:
+        with transaction.atomic():
+            registration = Registration.objects.create(name=name, submission_key=submission_key or None)
+            transaction.on_commit(lambda: publish_after_commit(registration))
+    except IntegrityError:
+        # Two copies of one form raced; the other one won, so return that.
+        existing = Registration.objects.filter(submission_key=submission_key).first()
+        if existing is None:
+            raise
+        return _same_submission(existing, name)
+    return registration
+
+
+def _same_submission(existing: Registration, name: str) -> Registration:
+    if existing.name != name:
+        raise SubmissionConflict(
+            f"This form was already used to register {existing.name} ({existing.code}). "
+            "Open the form again to register another guest."
+        )
+    return existing
+
+
+def retry_registration(*, code: str) -> Registration:
+    """Publish a new delivery of an existing registration. Safe at any time:
+    the worker makes no second ticket for a registration that has one."""
+    registration = find_registration(code=code)
+    publish_registration(registration)
+    return registration
+
+
+@dataclass
+class RepairPlan:
+    registration: Registration
+    keep: Ticket
+    delete: list[Ticket] = field(default_factory=list)
+    completion_exists: bool = True
+    applied: bool = False
+
+    def lines(self) -> list[str]:
+        code = self.registration.code
+        lines = [f"Repair plan for {code} ({self.registration.name}):"]
+        lines.append(f"  keep the earliest ticket {self.keep.number} (issued {self.keep.issued:%Y-%m-%d %H:%M:%S})")
+        if self.delete:
+            lines.append(f"  delete extra tickets: {', '.join(t.number for t in self.delete)}")
+        else:
+            lines.append("  delete extra tickets: none")
+        key = "present" if self.completion_exists else "missing, will be created"
+        lines.append(f"  completion key {code}: {key}")
+        return lines
+
+
+def plan_repair(*, code: str) -> RepairPlan:
+    """What repair would do to a registration's tickets; changes nothing."""
+    registration = find_registration(code=code)
+    tickets = list(registration.tickets.order_by("issued", "id"))
+    if not tickets:
+        raise RepairRefused(
+            f"{registration.code} has no ticket yet; there is nothing to repair. Run the worker or retry it."
+        )
+    for ticket in tickets:
+        if ticket.name != registration.name:
+            raise RepairRefused(
+                f"Ticket {ticket.number} of {registration.code} is for {ticket.name!r}, but the registration "
+                f"is for {registration.name!r}; repair will not guess which is right."
+            )
+    return RepairPlan(
+        registration=registration,
+        keep=tickets[0],
+        delete=tickets[1:],
+        completion_exists=Completion.objects.filter(registration=registration).exists(),
+    )
+
+
+def repair_registration(*, code: str) -> RepairPlan:
+    """Keep the earliest ticket, delete the extra ones and make sure the
+    completion key exists, all in one transaction."""
+    with transaction.atomic():
+        # Lock the registration so a worker cannot add a ticket mid-repair.
+        registration = find_registration(code=code)
+        Registration.objects.select_for_update().filter(pk=registration.pk).exists()
+        plan = plan_repair(code=code)
+        Ticket.objects.filter(pk__in=[ticket.pk for ticket in plan.delete]).delete()
+        Completion.objects.get_or_create(registration=plan.registration)
+        plan.applied = True
+    return plan
+
+
+def pending_registrations():
+    """Registrations that have no completion key yet, oldest first."""
+    return Registration.objects.filter(~Exists(Completion.objects.filter(registration=OuterRef("pk")))).order_by(
+        "created", "id"
+    )
+
+
+def reconcile_registrations(*, limit: int = 100, older_than: float = 60) -> tuple[list[str], int]:
+    """Republish a bounded batch of pending registrations older than the grace
+    period, oldest first. Returns the codes published and how many remain."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    due = pending_registrations().filter(created__lte=cutoff)
+    published = []
+    for registration in due[:limit]:
+        publish_registration(registration)
+        published.append(registration.code)
+    return published, max(due.count() - len(published), 0)
+
+
+@dataclass
+class RegistrationState:
+    code: str
+    name: str
+    state: str
+    tickets: int
+    completed: bool
+
+
+def describe_state(*, tickets: int, completed: bool) -> str:
+    if tickets == 0:
+        return "pending"
+    if tickets > 1:
+        return "duplicate tickets"
+    return "ticket issued" if completed else "ticket issued, no completion key"
+
+
+def registration_states(limit: int | None = None) -> list[RegistrationState]:
+    rows = (
+        Registration.objects.annotate(
+            ticket_count=Count("tickets"),
+            completed=Exists(Completion.objects.filter(registration=OuterRef("pk"))),
+        )
+        .order_by("id")
+        .values_list("id", "name", "ticket_count", "completed")
+    )
+    if limit is not None:
+        rows = rows[:limit]
+    return [
+        RegistrationState(
+            code=contract.format_code(pk),
+            name=name,
+            state=describe_state(tickets=count, completed=completed),
+            tickets=count,
+            completed=completed,
+        )
+        for pk, name, count, completed in rows
+    ]
+
+
+@dataclass
+class DeliveryStatus:
+    registrations: int
+    pending: int
+    issued: int
+    duplicates: int
+    tickets: int
+    rejected: int
+    queue: dict | None
+    queue_error: str = ""
+
+
+def delivery_status() -> DeliveryStatus:
+    """Totals from the database and the queue depth from RabbitMQ (or why not)."""
+    per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
+    try:
+        queue, queue_error = broker.queue_counts(), ""
+    except broker.BrokerError as error:
+        queue, queue_error = None, str(error)
+    return DeliveryStatus(
+        registrations=Registration.objects.count(),
+        pending=pending_registrations().count(),
+        issued=per_registration.filter(ticket_count=1).count(),
+        duplicates=per_registration.filter(ticket_count__gt=1).count(),
+        tickets=Ticket.objects.count(),
+        rejected=RejectedMessage.objects.count(),
+        queue=queue,
+        queue_error=queue_error,
+    )
+
+
+def record_rejection(*, delivery: broker.Delivery, reason: str) -> RejectedMessage | None:
+    """Record a delivery that broke the contract. A redelivery of a body that
+    is already recorded is not recorded again (returns None)."""
+    digest = hashlib.sha256(delivery.body).hexdigest()
+    if delivery.redelivered and RejectedMessage.objects.filter(body_sha256=digest).exists():
+        return None
+    registration = None
+    with contextlib.suppress(contract.ContractError):
+        registration = Registration.objects.filter(pk=_id_in(delivery.body)).first()
+    return RejectedMessage.objects.create(
+        reason=reason[: RejectedMessage.MAX_REASON],
+        body_excerpt=delivery.body[: RejectedMessage.MAX_EXCERPT].decode("utf-8", errors="replace"),
+        body_sha256=digest,
+        body_size=len(delivery.body),
+        registration=registration,
+        message_id=delivery.message_id[:200],
+        redelivered=delivery.redelivered,
+    )
+
+
+def _id_in(body: bytes) -> int:
+    """The registration ID a (possibly invalid) body names, if it names one."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise contract.ContractError("not JSON") from None
+    return contract.parse_code(data.get("id") if isinstance(data, dict) else None)
+
+
+def seed_demo() -> tuple[Registration, bool]:
+    """Mina Patel, R-0001, with her ticket. Returns (registration, created);
+    running it again changes nothing."""
+    with transaction.atomic():
+        registration, created = Registration.objects.get_or_create(pk=1, defaults={"name": DEMO_NAME})
+        if not created and registration.name != DEMO_NAME:
+            raise NightjarError(f"R-0001 already belongs to {registration.name}; the demo data was not loaded.")
+        if created:
+            # An explicit key does not move PostgreSQL's sequence; move it past R-0001.
+            with connection.cursor() as cursor:
+                for statement in connection.ops.sequence_reset_sql(no_style(), [Registration]):
+                    cursor.execute(statement)
+            Completion.objects.create(registration=registration)
+            Ticket.objects.create(registration=registration, name=registration.name)
+    return registration, created

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from tickets import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("visit/", views.visit, name="visit"),
+    path("evening/", views.evening, name="evening"),
+    path("registrations/", views.registration_list, name="registration-list"),
+    path("registrations/<str:code>/<str:secret>/", views.registration_detail, name="registration"),
+    path("registrations/<str:code>/<str:secret>/status.json", views.registration_status, name="registration-status"),
+    path("registrations/<str:code>/<str:secret>/ticket/", views.ticket_detail, name="ticket"),
+    path("registrations/<str:code>/<str:secret>/ticket/download/", views.ticket_download, name="ticket-download"),
+]

@@ -1,0 +1,121 @@
+"""Guest pages. Each view binds a form or looks a registration up, calls one
+service, and renders or redirects. Guest URLs carry the registration's secret:
+a wrong or missing secret is a 404, exactly like an unknown ID."""
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
+
+from tickets import services
+from tickets.forms import EveningForm, new_submission_key
+from tickets.models import Registration
+
+SESSION_KEY = "nightjar_registrations"
+
+
+def guest_registration(code: str, secret: str) -> Registration:
+    try:
+        registration = services.find_registration(code=code)
+    except services.UnknownRegistration:
+        raise Http404("No such registration.") from None
+    if not registration.secret_matches(secret):
+        raise Http404("No such registration.")
+    return registration
+
+
+def registration_url(registration: Registration) -> str:
+    return reverse("registration", args=[registration.code, registration.secret])
+
+
+@require_GET
+def home(request):
+    return render(request, "tickets/home.html")
+
+
+@require_GET
+def visit(request):
+    return render(request, "tickets/visit.html")
+
+
+@require_http_methods(["GET", "POST"])
+def evening(request):
+    if request.method == "POST":
+        form = EveningForm(request.POST)
+        if form.is_valid():
+            try:
+                registration = services.register_guest(
+                    name=form.cleaned_data["name"], submission_key=form.cleaned_data["submission_key"] or None
+                )
+            except services.SubmissionConflict as error:
+                form.add_error("name", str(error))
+            else:
+                remember(request, registration)
+                return redirect(registration_url(registration))
+        # A form with errors gets a new key, so the corrected one is a new submission.
+        form.data = form.data.copy()
+        form.data["submission_key"] = new_submission_key()
+    else:
+        form = EveningForm(initial={"submission_key": new_submission_key()})
+    return render(request, "tickets/evening.html", {"form": form}, status=200)
+
+
+def remember(request, registration: Registration) -> None:
+    """The "Your registrations" page lists what this browser registered."""
+    seen = request.session.get(SESSION_KEY, [])
+    if registration.pk not in seen:
+        request.session[SESSION_KEY] = [*seen, registration.pk][-200:]
+
+
+@require_GET
+def registration_list(request):
+    if settings.NIGHTJAR_LAB:
+        registrations = Registration.objects.order_by("-id")[:500]
+    else:
+        registrations = Registration.objects.filter(pk__in=request.session.get(SESSION_KEY, [])).order_by("-id")
+    rows = [(registration, registration_url(registration)) for registration in registrations]
+    return render(request, "tickets/registrations.html", {"rows": rows, "lab": settings.NIGHTJAR_LAB})
+
+
+@require_GET
+def registration_detail(request, code: str, secret: str):
+    registration = guest_registration(code, secret)
+    ticket = registration.tickets.order_by("issued", "id").first()
+    return render(request, "tickets/registration.html", {"registration": registration, "ticket": ticket})
+
+
+@require_GET
+def registration_status(request, code: str, secret: str):
+    registration = guest_registration(code, secret)
+    ready = registration.tickets.exists()
+    return JsonResponse({"id": registration.code, "ready": ready})
+
+
+@require_GET
+def ticket_detail(request, code: str, secret: str):
+    registration = guest_registration(code, secret)
+    ticket = registration.tickets.order_by("issued", "id").first()
+    if ticket is None:
+        messages.info(request, "Your ticket is being prepared.")
+        return redirect(registration_url(registration))
+    return render(request, "tickets/ticket.html", {"registration": registration, "ticket": ticket})
+
+
+@require_GET
+def ticket_download(request, code: str, secret: str):
+    registration = guest_registration(code, secret)
+    ticket = registration.tickets.order_by("issued", "id").first()
+    if ticket is None:
+        raise Http404("The ticket is not ready yet.")
+    text = (
+        "Nightjar Print Studio - The evening\n"
+        f"Registration: {registration.code}\n"
+        f"Guest: {ticket.name}\n"
+        f"Ticket number: {ticket.number}\n"
+        f"Issued: {ticket.issued:%Y-%m-%d %H:%M} UTC\n"
+    )
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="nightjar-ticket-{registration.code}.txt"'
+    return response
