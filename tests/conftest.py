@@ -8,10 +8,11 @@ makes is proven against the real broker.
 
 import contextlib
 import os
-import selectors
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -49,7 +50,9 @@ class RabbitNode:
         self.folder = folder
 
     def ctl(self, *args: str) -> None:
-        subprocess.run([ROOT / "bin" / "rabbitmq-node", "ctl", str(self.folder), *args], check=True, capture_output=True)
+        subprocess.run(
+            [ROOT / "bin" / "rabbitmq-node", "ctl", str(self.folder), *args], check=True, capture_output=True
+        )
 
     def stop_app(self) -> None:
         if self.folder is None:
@@ -170,31 +173,35 @@ class Workers:
 
 
 class Process:
-    """A started worker: read its output line by line, poke it, wait for it."""
+    """A started worker: read its output line by line, poke it, wait for it.
+    A thread reads the output, so waiting never depends on pipe buffering."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
 
     def wait_for(self, text: str, timeout: float = 30) -> str:
         """Read output until a line containing text; fail with all output if it never comes."""
-        selector = selectors.DefaultSelector()
-        selector.register(self.proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                    break
-                line = self.proc.stdout.readline()
-                if line == "":
-                    break
-                self.lines.append(line.rstrip("\n"))
-                if text in line:
-                    return line
-        finally:
-            selector.close()
-        output = "\n".join(self.lines)
-        raise AssertionError(f"Worker never printed {text!r} (exit {self.proc.poll()}). Output:\n{output}")
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                output = "\n".join(self.lines)
+                raise AssertionError(f"Worker never printed {text!r} (exit {self.proc.poll()}). Output:\n{output}")
+            self.lines.append(line)
+            if text in line:
+                return line
 
     def send(self, line: str) -> None:
         self.proc.stdin.write(line + "\n")
@@ -204,9 +211,14 @@ class Process:
         self.proc.send_signal(signum)
 
     def finish(self, timeout: float = 30) -> tuple[int, str]:
-        rest, _ = self.proc.communicate(timeout=timeout)
-        self.lines.extend(rest.splitlines())
-        return self.proc.returncode, "\n".join(self.lines)
+        """Wait for the process to end; its exit status and all its output."""
+        status = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        while not self._queue.empty():
+            line = self._queue.get()
+            if line is not None:
+                self.lines.append(line)
+        return status, "\n".join(self.lines)
 
 
 @pytest.fixture

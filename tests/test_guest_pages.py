@@ -61,6 +61,7 @@ def test_no_ready_registrations_when_the_queue_is_empty(workers):
     assert result.stdout.strip() == "No ready registrations"
 
 
+@pytest.mark.django_db(transaction=True, reset_sequences=True)
 def test_demo_guest_ticket_opens_and_seeding_twice_changes_nothing(client):
     call_command("seed_demo")
     call_command("seed_demo")

@@ -17,6 +17,7 @@ class EveningForm(forms.Form):
     name = forms.CharField(
         label="Guest name",
         strip=False,
+        error_messages={"required": "Please enter the guest name."},
         widget=forms.TextInput(attrs={"maxlength": contract.MAX_NAME_LENGTH, "autocomplete": "name"}),
     )
     submission_key = forms.CharField(widget=forms.HiddenInput, max_length=64, required=False)

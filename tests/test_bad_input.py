@@ -1,0 +1,54 @@
+"""Bad input gets a clear message and loses nothing."""
+
+import re
+
+import pytest
+
+from tickets.models import Registration
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def post(client, name: str):
+    page = client.get("/evening/").content.decode()
+    key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
+    return client.post("/evening/", {"name": name, "submission_key": key})
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("", "Please enter the guest name."),
+        ("   \t ", "Please enter the guest name."),
+        ("x" * 101, "at most 100 characters (this one has 101)"),
+        ("Ada\nLovelace", "cannot contain control characters"),
+        ("Ada\x00", "Null characters are not allowed."),
+        ("Bell\x07", "cannot contain control characters"),
+    ],
+    ids=["empty", "whitespace", "too-long", "newline", "nul", "bell"],
+)
+def test_bad_names_re_render_the_form_with_the_error_and_store_nothing(client, name, error):
+    response = post(client, name)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert error in page
+    assert 'aria-invalid="true"' in page
+    assert "Register for the evening" in page
+    assert not Registration.objects.exists()
+
+
+def test_a_name_of_exactly_100_characters_and_any_script_is_fine(client):
+    for name in ("x" * 100, "Zoë Ñúñez", "Светлана", "王小明"):
+        assert post(client, name).status_code == 302
+    assert Registration.objects.count() == 4
+
+
+def test_rabbitmq_stopped_during_registration_still_stores_it(client, rabbit, caplog):
+    with rabbit.down():
+        response = post(client, "Offline Guest")
+        assert response.status_code == 302
+        page = client.get(response["Location"]).content.decode()
+    registration = Registration.objects.get()
+    assert registration.name == "Offline Guest"
+    assert "Your ticket is being prepared" in page
+    assert f"{registration.code} stored but not published" in caplog.text

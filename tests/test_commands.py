@@ -1,0 +1,118 @@
+"""status, retry and repair: staff commands over the services layer. None of
+them consumes or acks a delivery."""
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tickets import services
+from tickets.models import Completion, Registration, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run(*args) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def with_duplicates(name: str = "Twice Ticketed", extra: int = 2) -> Registration:
+    """A registration with 1 + extra tickets, as the unsafe handler would leave it."""
+    registration = Registration.objects.create(name=name)
+    Completion.objects.create(registration=registration)
+    for _ in range(1 + extra):
+        Ticket.objects.create(registration=registration, name=name)
+    return registration
+
+
+def test_repair_prints_the_plan_and_changes_nothing():
+    registration = with_duplicates()
+    keep, *extra = registration.tickets.order_by("id")
+    output = run("repair", registration.code)
+    assert f"keep the earliest ticket {keep.number}" in output
+    assert f"delete extra tickets: {extra[0].number}, {extra[1].number}" in output
+    assert f"completion key {registration.code}: present" in output
+    assert "Nothing changed" in output
+    assert registration.tickets.count() == 3
+
+
+def test_repair_apply_keeps_the_earliest_ticket_and_the_key():
+    registration = with_duplicates()
+    keep = registration.tickets.order_by("id").first()
+    Completion.objects.filter(registration=registration).delete()
+    output = run("repair", registration.code, "--apply")
+    assert "Applied: 2 ticket(s) deleted" in output
+    assert list(registration.tickets.all()) == [keep]
+    assert Completion.objects.filter(registration=registration).exists()
+    assert "delete extra tickets: none" in run("repair", registration.code)
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda: "R-0999", "There is no registration R-0999."),
+        (lambda: "nonsense", "is not a registration ID like R-0002"),
+        (lambda: Registration.objects.create(name="No Ticket").code, "has no ticket yet"),
+        (
+            lambda: (
+                Ticket.objects.create(
+                    registration=Registration.objects.create(name="Right Name"), name="Wrong Name"
+                ).registration.code
+            ),
+            "will not guess",
+        ),
+    ],
+    ids=["unknown", "malformed", "no-ticket", "name-mismatch"],
+)
+def test_repair_apply_refuses_with_a_clear_message(setup, message):
+    code = setup()
+    tickets_before = Ticket.objects.count()
+    with pytest.raises(CommandError, match=message) as refused:
+        call_command("repair", code, "--apply")
+    assert refused.value.returncode == 1
+    assert Ticket.objects.count() == tickets_before
+
+
+def test_retry_publishes_a_new_delivery_and_the_worker_makes_no_second_ticket(workers):
+    registration = services.register_guest(name="Retry Guest")
+    assert workers.run().returncode == 0
+    output = run("retry", registration.code)
+    assert f"Published a new delivery of {registration.code}" in output
+    second = workers.run()
+    assert f"Received {registration.code} redelivered=False" in second.stdout
+    assert registration.tickets.count() == 1
+
+
+def test_retry_refuses_an_unknown_registration():
+    with pytest.raises(CommandError, match="There is no registration R-0042.") as refused:
+        call_command("retry", "R-0042")
+    assert refused.value.returncode == 1
+
+
+def test_retry_says_so_when_rabbitmq_is_down(rabbit):
+    registration = Registration.objects.create(name="Down Guest")
+    with rabbit.down(), pytest.raises(CommandError, match="Not published") as refused:
+        call_command("retry", registration.code)
+    assert refused.value.returncode == 3
+
+
+def test_status_shows_each_state_totals_and_queue_depth(workers):
+    issued = services.register_guest(name="Issued Guest")
+    workers.run()
+    pending = services.register_guest(name="Pending Guest")
+    duplicated = with_duplicates(extra=1)
+    output = run("status")
+    assert f"{issued.code}  ticket issued" in output
+    assert f"{pending.code}  pending" in output
+    assert f"{duplicated.code}  duplicate tickets" in output
+    assert "Registrations: 3  pending: 1  issued: 1  duplicate tickets: 1  tickets: 3" in output
+    assert "Queue: 1 ready" in output
+
+
+def test_status_reports_an_unreachable_broker_instead_of_failing(rabbit):
+    with rabbit.down():
+        output = run("status")
+    assert "Queue: unknown (RabbitMQ at" in output
+    assert "guest:guest" not in output  # the password is masked

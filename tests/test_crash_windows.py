@@ -1,0 +1,94 @@
+"""The three windows where a worker can die, proven with a real worker process
+stopped at each checkpoint and then killed for real (SIGKILL, or Ctrl+C)."""
+
+import signal
+
+import pytest
+from django.db import connection
+
+from tickets import services
+from tickets.models import Completion, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# What the database holds once the worker died at each checkpoint.
+STATE_AFTER_DEATH = {
+    "before-write": (0, 0),  # (completion keys, tickets)
+    "inside-transaction": (0, 0),  # rolled back
+    "after-commit": (1, 1),  # committed, never acked
+}
+
+
+def rows() -> tuple[int, int]:
+    return Completion.objects.count(), Ticket.objects.count()
+
+
+@pytest.mark.parametrize("checkpoint", list(STATE_AFTER_DEATH))
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl+C"])
+def test_worker_killed_at_a_checkpoint_ends_with_exactly_one_ticket(checkpoint, how, workers):
+    registration = services.register_guest(name="Crash Test")
+    worker = workers.start("--pause", checkpoint)
+    assert worker.wait_for(f"Received {registration.code} redelivered=False")
+    worker.wait_for(f"Paused {checkpoint}.")
+
+    if how == "SIGKILL":
+        worker.signal(signal.SIGKILL)
+        status, output = worker.finish()
+        assert status == -signal.SIGKILL
+    else:
+        worker.signal(signal.SIGINT)
+        status, output = worker.finish()
+        assert status == 130, output
+        assert "Traceback" not in output
+    assert rows() == STATE_AFTER_DEATH[checkpoint]
+
+    rerun = workers.run()
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"Received {registration.code} redelivered=True" in rerun.stdout
+    assert "Handler returned." in rerun.stdout
+    assert rows() == (1, 1)
+    assert Ticket.objects.get().registration_id == registration.pk
+    # Acked this time: nothing is left to redeliver.
+    assert workers.run().stdout.strip() == "No ready registrations"
+
+
+def test_enter_at_a_pause_continues_and_acks(workers):
+    registration = services.register_guest(name="Patient Learner")
+    worker = workers.start("--pause", "inside-transaction")
+    worker.wait_for("Paused inside-transaction.")
+    worker.send("")
+    worker.wait_for("Handler returned.")
+    status, _ = worker.finish()
+    assert status == 0
+    assert rows() == (1, 1)
+    assert registration.tickets.count() == 1
+    assert workers.run().stdout.strip() == "No ready registrations"
+
+
+@pytest.mark.parametrize(("crash", "status", "state"), [("before", 21, (0, 0)), ("after", 22, (1, 1))])
+def test_crash_switch_exits_abruptly_and_redelivery_makes_one_ticket(crash, status, state, workers):
+    services.register_guest(name="Crash Switch")
+    result = workers.run("--crash", crash)
+    assert result.returncode == status, result.stdout + result.stderr
+    assert rows() == state
+    rerun = workers.run()
+    assert "redelivered=True" in rerun.stdout
+    assert rows() == (1, 1)
+
+
+def test_database_error_in_the_handler_leaves_the_delivery_unacked(workers):
+    registration = services.register_guest(name="Unlucky Guest")
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE tickets_ticket RENAME TO tickets_ticket_away")
+    try:
+        failed = workers.run()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE tickets_ticket_away RENAME TO tickets_ticket")
+    assert failed.returncode == 1
+    assert "Not acked" in failed.stderr
+    assert rows() == (0, 0)  # the completion key was rolled back with the failed ticket insert
+
+    rerun = workers.run()
+    assert f"Received {registration.code} redelivered=True" in rerun.stdout
+    assert rows() == (1, 1)
