@@ -255,3 +255,15 @@ def queue_counts() -> dict[str, int]:
         finally:
             connection.close()
     return {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
+
+
+def delete_queues() -> None:
+    """Delete the work and dead-letter queues (verify_handler's throwaway ones)."""
+    with translated_errors("delete queues"):
+        connection = pika.BlockingConnection(parameters())
+        try:
+            channel = connection.channel()
+            channel.queue_delete(queue_name())
+            channel.queue_delete(dead_letter_queue_name())
+        finally:
+            connection.close()

@@ -1,0 +1,49 @@
+import argparse
+import os
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.module_loading import import_string
+
+from tickets import broker, verify
+from tickets.management.commands.worker import DEFAULT_HANDLER
+
+
+class Command(BaseCommand):
+    help = (
+        "Prove a handler safe: run it, unmodified, in real worker processes killed at each checkpoint, "
+        "on a disposable database and a queue of its own, and print PASS/FAIL per scenario."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--handler", default=DEFAULT_HANDLER, help=f"Dotted path (default {DEFAULT_HANDLER}).")
+        # Set by the command itself for the child process that runs the scenarios.
+        parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+
+    def handle(self, *args, **options):
+        handler = options["handler"]
+        try:
+            import_string(handler)
+        except ImportError as error:
+            raise CommandError(f"Cannot load handler {handler!r}: {error}", returncode=2) from None
+        if options["inside"]:
+            self.run_scenarios(handler)
+            return
+        self.stdout.write(f"Verifying {handler} on a disposable database and queue...")
+        status = verify.run_isolated(handler, stdout=self.stdout)
+        if status != 0:
+            raise CommandError(f"{handler} is not safe: see the FAIL lines above.", returncode=1)
+
+    def run_scenarios(self, handler: str) -> None:
+        database = str(settings.DATABASES["default"]["NAME"])
+        # Guard: the scenarios write rows and kill workers; only ever on the throwaway pair.
+        if "nightjar-verify-" not in database or not settings.NIGHTJAR_QUEUE.startswith("nightjar.verify-"):
+            raise CommandError("--inside runs only on verify_handler's disposable database and queue.", returncode=2)
+        try:
+            ok = verify.Scenarios(handler, say=self.stdout.write).run_all()
+        except broker.BrokerError as error:
+            raise CommandError(str(error), returncode=3) from None
+        finally:
+            os.remove(database)
+        if not ok:
+            raise SystemExit(1)  # the FAIL lines already say why
