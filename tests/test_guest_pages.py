@@ -103,5 +103,5 @@ def test_a_wrong_or_missing_secret_is_a_404(client):
     assert client.get(f"/registrations/{registration.code}/{wrong}/").status_code == 404
     assert client.get(f"/registrations/{registration.code}/").status_code == 404
     assert client.get(f"/registrations/{registration.code}/{wrong}/ticket/download/").status_code == 404
-    assert client.get(f"/registrations/R-9999/{registration.secret}/").status_code == 404
+    assert client.get(f"/registrations/R-99999999/{registration.secret}/").status_code == 404
     assert client.get(f"/registrations/{registration.code}/{registration.secret}/").status_code == 200

@@ -1,0 +1,175 @@
+"""Deliveries that are not what they claim to be, publishes that get lost,
+and forms sent twice: nothing is lost and no ticket is invented."""
+
+import hashlib
+import re
+import subprocess
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from tickets import broker, services
+from tickets.models import Completion, Registration, RejectedMessage, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def amqp_publish(url: str, queue: str, body: bytes) -> None:
+    """Publish with Debian's amqp-tools: a client that is not Nightjar's code."""
+    subprocess.run(["amqp-publish", "--url", url, "-r", queue, "-p"], input=body, check=True, timeout=30)
+
+
+def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(workers, test_settings):
+    known = Registration.objects.create(name="Known Guest")
+    valid = services.register_guest(name="Valid Guest")
+    broker.queue_counts()  # declares the queue for amqp-publish
+    poison = {
+        b"{this is not json": "not valid JSON",
+        b'{"id":"R-0002","name":"Known Guest","v":1,"admin":true}': "unknown: admin",
+        b'{"id":"R-0002","name":"' + b"x" * 5000 + b'","v":1}': "the limit is 4096",
+        b'{"id":"R-99999999","name":"Nobody","v":1}': "There is no registration R-99999999.",
+        b'{"id":"' + known.code.encode() + b'","name":"Someone Else","v":1}': "does not match",
+    }
+    worker = workers.start("--serve")
+    worker.wait_for(f"Received {valid.code} redelivered=False")
+    worker.wait_for("Handler returned.")
+    for body in poison:
+        amqp_publish(test_settings.RABBITMQ_URL, test_settings.NIGHTJAR_QUEUE, body)
+        worker.wait_for("Rejected a delivery")
+    # The worker keeps going: a valid delivery after the poison is processed normally.
+    services.retry_registration(code=valid.code)
+    worker.wait_for(f"Received {valid.code} redelivered=False")
+    worker.wait_for("Handler returned.")
+
+    assert RejectedMessage.objects.count() == len(poison)
+    for body, reason in poison.items():
+        record = RejectedMessage.objects.get(body_sha256=hashlib.sha256(body).hexdigest())
+        assert reason in record.reason
+        assert len(record.body_excerpt.encode()) <= RejectedMessage.MAX_EXCERPT
+    assert RejectedMessage.objects.get(reason__contains="does not match").registration == known
+    assert not known.tickets.exists()
+    assert Ticket.objects.count() == 1 and valid.tickets.count() == 1
+    assert broker.queue_counts()["ready"] == 0  # every poison message was acked
+
+
+def test_a_redelivered_poison_body_is_recorded_once():
+    body = b"{broken"
+    first = broker.Delivery(body=body, tag=1, redelivered=False, message_id="")
+    again = broker.Delivery(body=body, tag=2, redelivered=True, message_id="")
+    assert services.record_rejection(delivery=first, reason="not valid JSON") is not None
+    assert services.record_rejection(delivery=again, reason="not valid JSON") is None
+    assert RejectedMessage.objects.count() == 1
+
+
+def test_registrations_made_while_rabbitmq_is_down_are_reconciled(client, rabbit, workers):
+    with rabbit.down():
+        for name in ("Offline One", "Offline Two", "Offline Three"):
+            page = client.get("/evening/").content.decode()
+            key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
+            assert client.post("/evening/", {"name": name, "submission_key": key}).status_code == 302
+    assert Registration.objects.count() == 3
+    assert workers.run().stdout.strip() == "No ready registrations"
+
+    out = StringIO()
+    call_command("reconcile", "--older-than", "0", stdout=out)
+    assert "Republished 3; 0 pending remain" in out.getvalue()
+    drained = workers.run("--drain")
+    assert "Drained 3 deliveries" in drained.stdout
+    assert Ticket.objects.count() == 3
+
+    out = StringIO()
+    call_command("reconcile", "--older-than", "0", stdout=out)
+    assert "Republished 0" in out.getvalue()
+    assert workers.run().stdout.strip() == "No ready registrations"
+
+
+def test_reconcile_respects_the_grace_period_and_the_limit():
+    old = [Registration.objects.create(name=f"Old {n}") for n in range(3)]
+    Registration.objects.filter(pk__in=[r.pk for r in old]).update(created=timezone.now() - timedelta(minutes=5))
+    Registration.objects.create(name="Fresh")  # inside the grace period: left alone
+    published, remaining = services.reconcile_registrations(limit=2, older_than=60)
+    assert published == [old[0].code, old[1].code]  # oldest first
+    assert remaining == 1
+
+
+def test_serve_with_reconcile_every_picks_up_a_lost_publish(workers):
+    lost = Registration.objects.create(name="Lost Publish", created=timezone.now() - timedelta(minutes=5))
+    worker = workers.start("--serve", "--reconcile-every", "0.5")
+    worker.wait_for(f"Received {lost.code} redelivered=False")
+    worker.wait_for("Handler returned.")
+    assert lost.tickets.count() == 1
+
+
+def break_tickets_table():
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE tickets_ticket RENAME TO tickets_ticket_away")
+
+
+def mend_tickets_table():
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE tickets_ticket_away RENAME TO tickets_ticket")
+
+
+def test_serve_hands_back_a_delivery_that_hits_a_database_error(workers):
+    registration = services.register_guest(name="Database Trouble")
+    break_tickets_table()
+    try:
+        worker = workers.start("--serve")
+        worker.wait_for("handing it back to RabbitMQ unacked")
+        worker.wait_for(f"Received {registration.code} redelivered=True")
+        assert Completion.objects.count() == 0  # rolled back each time
+    finally:
+        mend_tickets_table()
+    worker.wait_for("Handler returned.")
+    assert registration.tickets.count() == 1
+
+
+def test_a_delivery_that_keeps_failing_is_dead_lettered(workers, worker_env, settings):
+    settings.NIGHTJAR_DELIVERY_LIMIT = 2  # the queue is declared with it: the workers must agree
+    workers.env = {**worker_env, "NIGHTJAR_DELIVERY_LIMIT": "2"}
+    registration = services.register_guest(name="Always Failing")
+    break_tickets_table()
+    try:
+        attempts = 0
+        while (result := workers.run()).stdout.strip() != "No ready registrations":
+            assert result.returncode == 1, result.stdout + result.stderr
+            attempts += 1
+            assert attempts <= 5, "RabbitMQ kept redelivering past the delivery limit"
+    finally:
+        mend_tickets_table()
+    assert attempts == 3  # the first delivery and two redeliveries
+    assert broker.queue_counts()["dead"] == 1
+    out = StringIO()
+    call_command("status", stdout=out)
+    assert "0 ready, 0 consumers, 1 dead-lettered" in out.getvalue()
+    assert not registration.tickets.exists()
+
+
+def submit(client, name: str, key: str):
+    return client.post("/evening/", {"name": name, "submission_key": key})
+
+
+def test_the_same_form_sent_twice_makes_one_registration(client):
+    first = submit(client, "Double Click", "key-1")
+    second = submit(client, "Double Click", "key-1")
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"]
+    assert Registration.objects.count() == 1
+
+
+def test_the_same_form_key_with_another_name_is_refused(client):
+    submit(client, "First Name", "key-2")
+    response = submit(client, "Other Name", "key-2")
+    assert response.status_code == 200
+    assert "This form was already used to register First Name" in response.content.decode()
+    assert list(Registration.objects.values_list("name", flat=True)) == ["First Name"]
+
+
+def test_two_forms_with_the_same_name_are_two_registrations(client):
+    submit(client, "Same name", "key-a")
+    submit(client, "Same name", "key-b")
+    assert Registration.objects.filter(name="Same name").count() == 2
