@@ -51,6 +51,9 @@ NIGHTJAR_LAB = envbool("NIGHTJAR_LAB", False)
 
 # The broker. The default is the project-local node that bin/run starts.
 RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5673/%2F")
+# Optional: RabbitMQ's management API, for the unacknowledged count on the
+# admin's status page (bin/run's node serves it on port 15673).
+RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15673/")
 NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE", "nightjar.registrations")
 # After this many failed deliveries RabbitMQ dead-letters a message instead of
 # redelivering it forever (quorum queue x-delivery-limit).

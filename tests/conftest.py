@@ -26,18 +26,23 @@ from tickets import broker
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    # The node's distribution port is port + 20000, so both must be free.
+    # The node also listens on port + 10000 (management) and port + 20000
+    # (distribution), so all three must be free.
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        if port < 45000:
-            with socket.socket() as other:
-                try:
-                    other.bind(("127.0.0.1", port + 20000))
-                except OSError:
-                    continue
+        if port < 45000 and port_is_free(port + 10000) and port_is_free(port + 20000):
             return port
     raise RuntimeError("No free pair of ports for the test RabbitMQ node.")
 
@@ -45,9 +50,10 @@ def free_port() -> int:
 class RabbitNode:
     """The broker the tests use; `down()` takes it away for a while."""
 
-    def __init__(self, url: str, folder: Path | None) -> None:
+    def __init__(self, url: str, folder: Path | None, management_url: str = "") -> None:
         self.url = url
         self.folder = folder
+        self.management_url = management_url
 
     def ctl(self, *args: str) -> None:
         subprocess.run(
@@ -83,18 +89,19 @@ class RabbitNode:
 def rabbit(tmp_path_factory) -> RabbitNode:
     given = os.environ.get("RABBITMQ_URL")
     if given:
-        node = RabbitNode(given, None)
+        node = RabbitNode(given, None, os.environ.get("RABBITMQ_MANAGEMENT_URL", ""))
         yield node
         return
     folder = tmp_path_factory.mktemp("rabbitmq")
+    port = free_port()
     result = subprocess.run(
-        [ROOT / "bin" / "rabbitmq-node", "start", str(folder), str(free_port())],
+        [ROOT / "bin" / "rabbitmq-node", "start", str(folder), str(port)],
         capture_output=True,
         text=True,
     )
     if result.returncode != 0:
         pytest.fail(f"The test RabbitMQ node did not start:\n{result.stderr}", pytrace=False)
-    node = RabbitNode(result.stdout.strip(), folder)
+    node = RabbitNode(result.stdout.strip(), folder, f"http://127.0.0.1:{port + 10000}/")
     try:
         yield node
     finally:
@@ -105,6 +112,7 @@ def rabbit(tmp_path_factory) -> RabbitNode:
 def test_settings(settings, rabbit):
     """A queue of its own per test, so no test sees another's deliveries."""
     settings.RABBITMQ_URL = rabbit.url
+    settings.RABBITMQ_MANAGEMENT_URL = rabbit.management_url
     settings.NIGHTJAR_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
     settings.NIGHTJAR_LAB = False
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -132,6 +140,7 @@ def worker_env(test_settings) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "nightjar.settings",
         "DATABASE_URL": database_url(),
         "RABBITMQ_URL": test_settings.RABBITMQ_URL,
+        "RABBITMQ_MANAGEMENT_URL": test_settings.RABBITMQ_MANAGEMENT_URL,
         "NIGHTJAR_QUEUE": test_settings.NIGHTJAR_QUEUE,
         "PYTHONUNBUFFERED": "1",
     }

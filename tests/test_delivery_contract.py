@@ -145,7 +145,7 @@ def test_a_delivery_that_keeps_failing_is_dead_lettered(workers, worker_env, set
     assert broker.queue_counts()["dead"] == 1
     out = StringIO()
     call_command("status", stdout=out)
-    assert "0 ready, 0 consumers, 1 dead-lettered" in out.getvalue()
+    assert "Queue: 0 ready, 0 unacknowledged, 0 consumers, 1 dead-lettered" in out.getvalue()
     assert not registration.tickets.exists()
 
 

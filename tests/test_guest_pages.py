@@ -1,13 +1,20 @@
 """The guest's path through the site, with a real worker process making the ticket."""
 
+import io
 import re
 
 import pytest
 from django.core.management import call_command
+from pypdf import PdfReader
 
+from tickets import services
 from tickets.models import Registration, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def pdf_text(content: bytes) -> str:
+    return "\n".join(page.extract_text() for page in PdfReader(io.BytesIO(content)).pages)
 
 
 def register(client, name: str):
@@ -49,10 +56,11 @@ def test_registration_gets_its_ticket_from_a_worker_process(client, workers):
     assert "Download ticket" in ticket_page and "Back to registration" in ticket_page
     download = client.get(f"{response['Location']}ticket/download/")
     assert download.status_code == 200
-    assert registration.code in download["Content-Disposition"]
-    body = download.content.decode()
+    assert download["Content-Type"] == "application/pdf"
     ticket = Ticket.objects.get()
-    assert registration.code in body and "Ada Lovelace" in body and ticket.number in body
+    assert f"nightjar-ticket-{registration.code}-{ticket.number}.pdf" in download["Content-Disposition"]
+    text = pdf_text(download.content)
+    assert registration.code in text and "Ada Lovelace" in text and ticket.number in text
 
 
 def test_no_ready_registrations_when_the_queue_is_empty(workers):
@@ -69,7 +77,7 @@ def test_demo_guest_ticket_opens_and_seeding_twice_changes_nothing(client):
     assert (mina.code, mina.name, mina.tickets.count()) == ("R-0001", "Mina Patel", 1)
     base = f"/registrations/{mina.code}/{mina.secret}/"
     assert "Open ticket" in client.get(base).content.decode()
-    assert "Mina Patel" in client.get(f"{base}ticket/download/").content.decode()
+    assert "Mina Patel" in pdf_text(client.get(f"{base}ticket/download/").content)
     # The next guest after the demo data is R-0002.
     assert register(client, "Next Guest").status_code == 302
     assert Registration.objects.latest("id").code == "R-0002"
@@ -105,3 +113,14 @@ def test_a_wrong_or_missing_secret_is_a_404(client):
     assert client.get(f"/registrations/{registration.code}/{wrong}/ticket/download/").status_code == 404
     assert client.get(f"/registrations/R-99999999/{registration.secret}/").status_code == 404
     assert client.get(f"/registrations/{registration.code}/{registration.secret}/").status_code == 200
+
+
+def test_the_status_endpoint_needs_the_secret_and_says_when_the_ticket_is_ready(client, workers):
+    registration = services.register_guest(name="Polling Guest")
+    url = f"/registrations/{registration.code}/{registration.secret}/status.json"
+    assert client.get(url).json() == {"id": registration.code, "ready": False, "ticket_url": None}
+    assert client.get(url.replace(registration.secret, "x" * len(registration.secret))).status_code == 404
+    workers.run()
+    assert client.get(url).json()["ticket_url"] == f"/registrations/{registration.code}/{registration.secret}/ticket/"
+    page = client.get(f"/registrations/{registration.code}/{registration.secret}/").content.decode()
+    assert "registration.js" not in page  # nothing left to wait for

@@ -1,34 +1,249 @@
-from django.contrib import admin
+"""The staff desk. Actions call the same services as the management commands;
+nothing here changes rows on its own."""
 
+from django.contrib import admin, messages
+from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
+from django.db.models.functions import Coalesce
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from tickets import broker, contract, services
 from tickets.models import Completion, Registration, RejectedMessage, Ticket
+
+
+def count_of(model, **filters):
+    """A correlated COUNT subquery: evaluated only for the rows on the page."""
+    rows = model.objects.filter(registration=OuterRef("pk"), **filters).order_by().values("registration")
+    return Coalesce(Subquery(rows.annotate(n=Count("pk")).values("n")[:1], output_field=IntegerField()), 0)
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("pending", "pending"),
+            ("issued", "ticket issued"),
+            ("duplicates", "duplicate tickets"),
+            ("rejected", "rejected deliveries"),
+        ]
+
+    def queryset(self, request, queryset):
+        if self.value() == "pending":
+            return queryset.filter(~Exists(Ticket.objects.filter(registration=OuterRef("pk"))))
+        if self.value() == "issued":
+            return queryset.filter(ticket_count=1)
+        if self.value() == "duplicates":
+            return queryset.filter(ticket_count__gt=1)
+        if self.value() == "rejected":
+            return queryset.filter(Exists(RejectedMessage.objects.filter(registration=OuterRef("pk"))))
+        return queryset
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class TicketInline(ReadOnlyInline):
+    model = Ticket
+    fields = readonly_fields = ("number", "name", "issued")
+
+
+class CompletionInline(ReadOnlyInline):
+    model = Completion
+    fields = readonly_fields = ("completed",)
+    verbose_name = "completion key"
+
+
+class RejectedInline(ReadOnlyInline):
+    model = RejectedMessage
+    fields = readonly_fields = ("received", "reason", "body_excerpt", "redelivered")
 
 
 @admin.register(Registration)
 class RegistrationAdmin(admin.ModelAdmin):
-    list_display = ["code", "name", "created"]
-    search_fields = ["name"]
+    list_display = ("code", "name", "state", "ticket_count", "created")
+    list_filter = (StateFilter,)
+    search_fields = ("name",)
+    search_help_text = "Search by registration ID (R-0002) or guest name."
+    readonly_fields = ("code", "name", "created", "state")
+    fields = readonly_fields
+    inlines = (TicketInline, CompletionInline, RejectedInline)
+    actions = ("retry_delivery", "repair_duplicate_tickets")
+    list_per_page = 100
+    show_full_result_count = False  # COUNT(*) over 100,000 rows on every page is wasted work
+    change_list_template = "admin/tickets/registration/change_list.html"
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                ticket_count=count_of(Ticket),
+                rejected_count=count_of(RejectedMessage),
+                completed=Exists(Completion.objects.filter(registration=OuterRef("pk"))),
+            )
+        )
+
+    def get_search_results(self, request, queryset, search_term):
+        try:
+            return queryset.filter(pk=contract.parse_code(search_term)), False
+        except contract.ContractError:
+            return super().get_search_results(request, queryset, search_term)
+
+    def has_add_permission(self, request):
+        return False  # guests register through the site, so every registration is published
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="ID", ordering="pk")
+    def code(self, obj):
+        return obj.code
+
+    @admin.display(description="tickets", ordering="ticket_count")
+    def ticket_count(self, obj):
+        return getattr(obj, "ticket_count", None)
+
+    @admin.display(description="state")
+    def state(self, obj):
+        tickets = getattr(obj, "ticket_count", None)
+        if tickets is None:
+            tickets = obj.tickets.count()
+        completed = getattr(obj, "completed", None)
+        if completed is None:
+            completed = Completion.objects.filter(registration=obj).exists()
+        state = services.describe_state(tickets=tickets, completed=completed)
+        rejected = getattr(obj, "rejected_count", 0)
+        return f"{state}, {rejected} rejected deliveries" if rejected else state
+
+    @admin.action(description="Retry delivery")
+    def retry_delivery(self, request, queryset):
+        done = []
+        for registration in queryset:
+            try:
+                services.retry_registration(code=registration.code)
+            except (services.NightjarError, broker.BrokerError) as error:
+                self.message_user(request, f"{registration.code} not retried: {error}", messages.ERROR)
+                continue
+            self.log_change(request, registration, "Retried delivery: published a new delivery.")
+            done.append(registration.code)
+        if done:
+            self.message_user(request, f"Published a new delivery of {', '.join(done)}.", messages.SUCCESS)
+
+    @admin.action(description="Repair duplicate tickets")
+    def repair_duplicate_tickets(self, request, queryset):
+        """First show the plans; apply them only when staff confirm."""
+        registrations = list(queryset.order_by("pk")[:200])
+        if request.POST.get("confirm") == "apply":
+            for registration in registrations:
+                try:
+                    plan = services.repair_registration(code=registration.code)
+                except services.NightjarError as error:
+                    self.message_user(request, str(error), messages.ERROR)
+                    continue
+                deleted = ", ".join(t.number for t in plan.delete) or "none"
+                self.log_change(request, registration, f"Repaired duplicate tickets: deleted {deleted}.")
+                self.message_user(
+                    request,
+                    f"{registration.code}: kept {plan.keep.number}, deleted {deleted}.",
+                    messages.SUCCESS,
+                )
+            return None
+        plans, refusals = [], []
+        for registration in registrations:
+            try:
+                plans.append(services.plan_repair(code=registration.code))
+            except services.NightjarError as error:
+                refusals.append(str(error))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Repair duplicate tickets",
+            "plans": plans,
+            "refusals": refusals,
+            "selected": [r.pk for r in registrations],
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/tickets/registration/repair_confirm.html", context)
+
+    def get_urls(self):
+        status = self.admin_site.admin_view(self.delivery_status_view)
+        return [path("delivery-status/", status, name="tickets_delivery_status"), *super().get_urls()]
+
+    def delivery_status_view(self, request):
+        status = services.delivery_status()
+        oldest = services.pending_registrations().first()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Delivery status",
+            "status": status,
+            "oldest": oldest,
+            "registrations_url": reverse("admin:tickets_registration_changelist"),
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/tickets/delivery_status.html", context)
 
 
 @admin.register(Ticket)
 class TicketAdmin(admin.ModelAdmin):
-    list_display = ["number", "registration", "name", "issued"]
-    list_select_related = ["registration"]
+    list_display = ("number", "registration", "name", "issued")
+    list_select_related = ("registration",)
+    search_fields = ("name",)
+    readonly_fields = ("registration", "name", "issued")
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False  # tickets are made by the worker only
 
 
 @admin.register(Completion)
 class CompletionAdmin(admin.ModelAdmin):
-    list_display = ["registration", "completed"]
+    list_display = ("registration", "completed")
+    list_select_related = ("registration",)
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
 @admin.register(RejectedMessage)
 class RejectedMessageAdmin(admin.ModelAdmin):
-    list_display = ["received", "reason", "registration", "redelivered"]
+    list_display = ("received", "reason", "registration", "body_size", "redelivered")
+    list_select_related = ("registration",)
+    list_filter = ("redelivered",)
+    search_fields = ("reason",)
+    readonly_fields = (
+        "received",
+        "reason",
+        "body_excerpt",
+        "body_size",
+        "body_sha256",
+        "registration",
+        "message_id",
+        "redelivered",
+    )
+
+    def has_add_permission(self, request):
+        return False
 
     def has_change_permission(self, request, obj=None):
         return False
 
-    def has_add_permission(self, request):
+    def has_delete_permission(self, request, obj=None):
         return False

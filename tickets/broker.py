@@ -8,13 +8,16 @@ Messages go through the default exchange, persistent, with publisher confirms
 and mandatory=True, so "published" means "RabbitMQ has it on disk in a queue".
 """
 
+import base64
 import contextlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urljoin, urlsplit
+from urllib.request import Request, urlopen
 
 import pika
 import pika.exceptions
@@ -254,7 +257,29 @@ def queue_counts() -> dict[str, int]:
             dead = channel.queue_declare(dead_letter_queue_name(), passive=True).method
         finally:
             connection.close()
-    return {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
+    counts = {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
+    counts["unacked"], counts["unacked_error"] = unacked_count()
+    return counts
+
+
+def unacked_count() -> tuple[int | None, str]:
+    """Unacknowledged deliveries, from the management API (AMQP cannot tell).
+    Returns (count, "") or (None, why not)."""
+    if not settings.RABBITMQ_MANAGEMENT_URL:
+        return None, "RABBITMQ_MANAGEMENT_URL is not set"
+    amqp = urlsplit(settings.RABBITMQ_URL)
+    vhost = unquote(amqp.path[1:]) if len(amqp.path) > 1 else "/"
+    url = urljoin(
+        settings.RABBITMQ_MANAGEMENT_URL, f"api/queues/{quote(vhost, safe='')}/{quote(queue_name(), safe='')}"
+    )
+    user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    try:
+        with urlopen(Request(url, headers={"Authorization": f"Basic {token}"}), timeout=2) as response:
+            data = json.load(response)
+    except (OSError, ValueError) as error:
+        return None, f"management API unreachable: {error}"
+    return int(data.get("messages_unacknowledged", 0)), ""
 
 
 def delete_queues() -> None:

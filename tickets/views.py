@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from tickets import services
+from tickets import pdf, services
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
 
@@ -90,7 +90,10 @@ def registration_detail(request, code: str, secret: str):
 def registration_status(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ready = registration.tickets.exists()
-    return JsonResponse({"id": registration.code, "ready": ready})
+    ticket_url = reverse("ticket", args=[registration.code, registration.secret]) if ready else None
+    response = JsonResponse({"id": registration.code, "ready": ready, "ticket_url": ticket_url})
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_GET
@@ -109,13 +112,7 @@ def ticket_download(request, code: str, secret: str):
     ticket = registration.tickets.order_by("issued", "id").first()
     if ticket is None:
         raise Http404("The ticket is not ready yet.")
-    text = (
-        "Nightjar Print Studio - The evening\n"
-        f"Registration: {registration.code}\n"
-        f"Guest: {ticket.name}\n"
-        f"Ticket number: {ticket.number}\n"
-        f"Issued: {ticket.issued:%Y-%m-%d %H:%M} UTC\n"
-    )
-    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="nightjar-ticket-{registration.code}.txt"'
+    response = HttpResponse(pdf.render(ticket), content_type="application/pdf")
+    filename = f"nightjar-ticket-{registration.code}-{ticket.number}.pdf"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response

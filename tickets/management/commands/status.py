@@ -21,4 +21,8 @@ class Command(BaseCommand):
             self.stdout.write(f"Queue: unknown ({status.queue_error})")
         else:
             q = status.queue
-            self.stdout.write(f"Queue: {q['ready']} ready, {q['consumers']} consumers, {q['dead']} dead-lettered")
+            unacked = q["unacked"] if q["unacked"] is not None else "unknown"
+            self.stdout.write(
+                f"Queue: {q['ready']} ready, {unacked} unacknowledged, {q['consumers']} consumers, "
+                f"{q['dead']} dead-lettered"
+            )
