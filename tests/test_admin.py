@@ -1,0 +1,150 @@
+"""The staff desk: lists, filters, actions and the delivery status page,
+through the test client as a staff user."""
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tickets import services
+from tickets.models import Completion, Registration, RejectedMessage, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHANGELIST = "/admin/tickets/registration/"
+
+
+@pytest.fixture
+def staff(client):
+    user = User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
+    client.force_login(user)
+    return client
+
+
+def with_tickets(name: str, count: int) -> Registration:
+    registration = Registration.objects.create(name=name)
+    if count:
+        Completion.objects.create(registration=registration)
+    for _ in range(count):
+        Ticket.objects.create(registration=registration, name=name)
+    return registration
+
+
+def test_the_admin_refuses_anyone_who_is_not_staff(client):
+    assert client.get(CHANGELIST).status_code == 302  # to the login page
+    User.objects.create_user("guest", password="pw-for-a-guest-1")
+    client.login(username="guest", password="pw-for-a-guest-1")
+    assert client.get(CHANGELIST).status_code == 302
+    assert client.get(f"{CHANGELIST}delivery-status/").status_code == 302
+
+
+def test_the_list_shows_state_and_ticket_count_and_filters_by_state(staff):
+    pending = with_tickets("Pending Person", 0)
+    issued = with_tickets("Issued Person", 1)
+    doubled = with_tickets("Doubled Person", 2)
+    page = staff.get(CHANGELIST).content.decode()
+    for registration, state in ((pending, "pending"), (issued, "ticket issued"), (doubled, "duplicate tickets")):
+        assert registration.code in page and state in page
+    duplicates = staff.get(CHANGELIST, {"state": "duplicates"}).content.decode()
+    assert doubled.name in duplicates and issued.name not in duplicates
+    pending_page = staff.get(CHANGELIST, {"state": "pending"}).content.decode()
+    assert pending.name in pending_page and issued.name not in pending_page
+
+
+def test_search_finds_by_code_and_by_name(staff):
+    ada = with_tickets("Ada Lovelace", 1)
+    with_tickets("Grace Hopper", 1)
+    by_code = staff.get(CHANGELIST, {"q": ada.code}).content.decode()
+    assert "Ada Lovelace" in by_code and "Grace Hopper" not in by_code
+    by_name = staff.get(CHANGELIST, {"q": "hopper"}).content.decode()
+    assert "Grace Hopper" in by_name and "Ada Lovelace" not in by_name
+
+
+def test_the_list_makes_the_same_few_queries_for_10_or_300_rows(staff):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert staff.get(CHANGELIST).status_code == 200
+        return len(captured)
+
+    for n in range(10):
+        with_tickets(f"Guest {n}", n % 3)
+    few = queries()
+    for n in range(290):
+        with_tickets(f"More {n}", n % 3)
+    assert queries() == few <= 12
+
+
+def test_the_detail_page_shows_tickets_key_and_rejected_messages(staff):
+    registration = with_tickets("Detailed Guest", 2)
+    RejectedMessage.objects.create(
+        reason="The name does not match",
+        body_excerpt="{...}",
+        body_sha256="x" * 64,
+        body_size=5,
+        registration=registration,
+    )
+    page = staff.get(f"{CHANGELIST}{registration.pk}/change/").content.decode()
+    for ticket in registration.tickets.all():
+        assert ticket.number in page
+    assert "completion key" in page.lower()
+    assert "The name does not match" in page
+
+
+def test_retry_delivery_action_publishes_and_logs(staff, workers):
+    registration = with_tickets("Retry Me", 0)
+    response = staff.post(CHANGELIST, {"action": "retry_delivery", "_selected_action": [registration.pk]}, follow=True)
+    assert f"Published a new delivery of {registration.code}" in response.content.decode()
+    assert LogEntry.objects.filter(object_id=str(registration.pk), change_message__contains="Retried").exists()
+    assert f"Received {registration.code}" in workers.run().stdout
+    assert registration.tickets.count() == 1
+
+
+def test_repair_action_shows_the_plan_first_and_applies_on_confirmation(staff):
+    registration = with_tickets("Twice", 3)
+    keep = registration.tickets.order_by("id").first()
+    plan = staff.post(CHANGELIST, {"action": "repair_duplicate_tickets", "_selected_action": [registration.pk]})
+    assert "Apply the repair" in plan.content.decode()
+    assert f"keep the earliest ticket {keep.number}" in plan.content.decode()
+    assert registration.tickets.count() == 3  # nothing changed yet
+
+    applied = staff.post(
+        CHANGELIST,
+        {"action": "repair_duplicate_tickets", "_selected_action": [registration.pk], "confirm": "apply"},
+        follow=True,
+    )
+    assert f"{registration.code}: kept {keep.number}" in applied.content.decode()
+    assert list(registration.tickets.all()) == [keep]
+    assert LogEntry.objects.filter(change_message__contains="Repaired duplicate tickets").exists()
+
+
+def test_repair_action_reports_refusals(staff):
+    registration = with_tickets("No Ticket Yet", 0)
+    page = staff.post(CHANGELIST, {"action": "repair_duplicate_tickets", "_selected_action": [registration.pk]})
+    assert "has no ticket yet" in page.content.decode()
+
+
+def test_delivery_status_page_counts_rows_and_the_queue(staff):
+    services.register_guest(name="Waiting Guest")
+    with_tickets("Doubled", 2)
+    page = staff.get(f"{CHANGELIST}delivery-status/").content.decode()
+    assert "Delivery status" in page
+    assert "Duplicate tickets</th><td><a" in page
+    assert '<th scope="row">Ready</th><td>1</td>' in page
+    assert '<th scope="row">Unacknowledged</th><td>0</td>' in page
+    assert "Oldest pending registration" in page
+
+
+def test_delivery_status_page_says_when_rabbitmq_is_unreachable(staff, rabbit):
+    with rabbit.down():
+        page = staff.get(f"{CHANGELIST}delivery-status/")
+    assert page.status_code == 200
+    assert "RabbitMQ is unreachable" in page.content.decode()
+
+
+def test_rejected_messages_and_completions_are_read_only(staff):
+    registration = with_tickets("Read Only", 1)
+    RejectedMessage.objects.create(reason="bad", body_sha256="y" * 64, body_size=3)
+    assert staff.get("/admin/tickets/rejectedmessage/add/").status_code == 403
+    assert staff.get("/admin/tickets/completion/add/").status_code == 403
+    assert staff.get(f"/admin/tickets/completion/{registration.pk}/delete/").status_code == 403

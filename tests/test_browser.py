@@ -1,0 +1,97 @@
+"""A real browser (Debian's Chromium, driven by Playwright) against the site
+served by gunicorn on loopback, with a real worker process making the ticket.
+Screenshots of each step go to test-artifacts/."""
+
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+from pypdf import PdfReader
+
+from tests.conftest import ROOT, free_port
+from tickets.models import Registration
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+# As root and offline: no sandbox, no background calls home.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def site(worker_env):
+    """gunicorn serving the test database; DEBUG so static files come straight from static/."""
+    port = free_port()
+    env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/"]).returncode != 0:
+        assert server.poll() is None, server.stderr.read()
+        assert time.monotonic() < deadline, "gunicorn did not answer within 30 s"
+        time.sleep(0.2)
+    yield url
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def test_a_guest_registers_watches_the_page_switch_and_downloads_the_pdf(site, workers, monkeypatch):
+    # Playwright's sync API runs an event loop; the ORM calls here are plain sync code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(accept_downloads=True, viewport={"width": 390, "height": 844})
+        try:
+            page.goto(site + "/")
+            expect(page.get_by_role("heading", name="Explore the evening")).to_be_visible()
+            page.get_by_role("main").get_by_role("link", name="Plan your visit").click()
+            page.get_by_role("main").get_by_role("link", name="The evening").click()
+            page.get_by_label("Guest name").fill("Zoë Browser")
+            page.screenshot(path=ARTIFACTS / "1-form.png")
+            page.get_by_role("button", name="Register for the evening").click()
+
+            registration = Registration.objects.get(name="Zoë Browser")
+            expect(page.get_by_role("heading", name=f"Registration {registration.code}")).to_be_visible()
+            expect(page.get_by_text("Your ticket is being prepared")).to_be_visible()
+            page.screenshot(path=ARTIFACTS / "2-being-prepared.png")
+            page.evaluate("window.stillTheSamePage = true")
+
+            assert workers.run().returncode == 0
+            open_ticket = page.get_by_role("link", name="Open ticket")
+            expect(open_ticket).to_be_visible(timeout=15_000)
+            assert page.evaluate("window.stillTheSamePage") is True  # swapped in place, no reload
+            page.screenshot(path=ARTIFACTS / "3-open-ticket.png")
+
+            open_ticket.click()
+            expect(page.get_by_role("link", name="Back to registration")).to_be_visible()
+            page.screenshot(path=ARTIFACTS / "4-ticket.png")
+            with page.expect_download() as download_info:
+                page.get_by_role("link", name="Download ticket").click()
+            target = ARTIFACTS / download_info.value.suggested_filename
+            download_info.value.save_as(target)
+        finally:
+            browser.close()
+
+    text = PdfReader(io.BytesIO(Path(target).read_bytes())).pages[0].extract_text()
+    assert registration.code in text and "Zoë Browser" in text
