@@ -44,6 +44,24 @@ DEBUG = envbool("DJANGO_DEBUG", False)
 # the insecure key (security.W009), so production cannot miss it.
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "django-insecure-local-only-never-deploy-this-key"
 ALLOWED_HOSTS = envlist("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = envlist("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+# HTTPS. On by default outside debug; each one can be turned off or tuned.
+# Behind a TLS-terminating proxy (nginx, a load balancer) set
+# DJANGO_BEHIND_TLS_PROXY=1 so requests it forwarded with
+# "X-Forwarded-Proto: https" count as secure (the proxy must set that header
+# itself and strip it from clients).
+if envbool("DJANGO_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = envbool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP inside the network
+SESSION_COOKIE_SECURE = envbool("DJANGO_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = envint("DJANGO_HSTS_SECONDS", 0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = envbool("DJANGO_HSTS_PRELOAD", not DEBUG)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
 
 # Lab mode: "Your registrations" lists every registration, as the learner lab
 # expects. The local run (bin/run) turns it on.
@@ -148,11 +166,36 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
+# Logs go to stdout, one JSON object per line outside debug (plain text for
+# people at a terminal), with any password in a URL masked.
+NIGHTJAR_LOG_FORMAT = os.environ.get("NIGHTJAR_LOG_FORMAT", "plain" if DEBUG else "json")
+if NIGHTJAR_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"NIGHTJAR_LOG_FORMAT must be plain or json, not {NIGHTJAR_LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"tickets": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")}},
+    "filters": {"mask_secrets": {"()": "nightjar.logs.MaskSecrets"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "nightjar.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "stdout": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stdout",
+            "formatter": NIGHTJAR_LOG_FORMAT,
+            "filters": ["mask_secrets"],
+        }
+    },
+    "root": {"handlers": ["stdout"], "level": "WARNING"},
+    "loggers": {
+        "tickets": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
+        # pika logs every failed connection attempt with a traceback; broker.py
+        # turns those into one sentence of its own, so only pika's worst gets through.
+        "pika": {"level": "CRITICAL"},
+    },
 }
+
+# Registration POSTs allowed per client address per minute (0 = no limit).
+# Counted in the cache, so per process unless CACHES points at a shared one.
+NIGHTJAR_REGISTRATIONS_PER_MINUTE = envint("NIGHTJAR_REGISTRATIONS_PER_MINUTE", 30)

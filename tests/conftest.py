@@ -115,6 +115,8 @@ def test_settings(settings, rabbit):
     settings.RABBITMQ_MANAGEMENT_URL = rabbit.management_url
     settings.NIGHTJAR_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
     settings.NIGHTJAR_LAB = False
+    settings.SECURE_SSL_REDIRECT = False  # the test client speaks plain HTTP
+    settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE = 0  # the rate-limit test turns it on
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.STORAGES = {
         **settings.STORAGES,
@@ -143,6 +145,8 @@ def worker_env(test_settings) -> dict[str, str]:
         "RABBITMQ_MANAGEMENT_URL": test_settings.RABBITMQ_MANAGEMENT_URL,
         "NIGHTJAR_QUEUE": test_settings.NIGHTJAR_QUEUE,
         "PYTHONUNBUFFERED": "1",
+        "DJANGO_SECURE_SSL_REDIRECT": "0",
+        "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
     }
     return env
 

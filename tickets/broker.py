@@ -292,3 +292,9 @@ def delete_queues() -> None:
             channel.queue_delete(dead_letter_queue_name())
         finally:
             connection.close()
+
+
+def ping() -> None:
+    """Open and close a connection: raises BrokerError if RabbitMQ is not there."""
+    with translated_errors("health check"):
+        pika.BlockingConnection(parameters()).close()

@@ -4,6 +4,7 @@ from tickets import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
     path("visit/", views.visit, name="visit"),
     path("evening/", views.evening, name="evening"),
     path("registrations/", views.registration_list, name="registration-list"),

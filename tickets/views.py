@@ -2,18 +2,23 @@
 service, and renders or redirects. Guest URLs carry the registration's secret:
 a wrong or missing secret is a 404, exactly like an unknown ID."""
 
+import logging
+
 from django.conf import settings
 from django.contrib import messages
+from django.core.cache import cache
+from django.db import DatabaseError, connection
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from tickets import pdf, services
+from tickets import broker, pdf, services
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
 
 SESSION_KEY = "nightjar_registrations"
+logger = logging.getLogger(__name__)
 
 
 def guest_registration(code: str, secret: str) -> Registration:
@@ -40,8 +45,34 @@ def visit(request):
     return render(request, "tickets/visit.html")
 
 
+def client_address(request) -> str:
+    # Behind the TLS proxy the client is the address the proxy saw, which it
+    # appends last to X-Forwarded-For; anything before it the client can forge.
+    if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) and request.META.get("HTTP_X_FORWARDED_FOR"):
+        return request.META["HTTP_X_FORWARDED_FOR"].split(",")[-1].strip()
+    return request.META.get("REMOTE_ADDR", "")
+
+
+def over_rate_limit(request) -> bool:
+    """Fixed one-minute window per client address, counted in the cache."""
+    limit = settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE
+    if not limit:
+        return False
+    key = f"nightjar:registrations:{client_address(request)}"
+    cache.add(key, 0, timeout=60)
+    try:
+        return cache.incr(key) > limit
+    except ValueError:  # expired between add and incr
+        cache.set(key, 1, timeout=60)
+        return False
+
+
 @require_http_methods(["GET", "POST"])
 def evening(request):
+    if request.method == "POST" and over_rate_limit(request):
+        response = render(request, "tickets/too_many.html", status=429)
+        response["Retry-After"] = "60"
+        return response
     if request.method == "POST":
         form = EveningForm(request.POST)
         if form.is_valid():
@@ -115,4 +146,28 @@ def ticket_download(request, code: str, secret: str):
     response = HttpResponse(pdf.render(ticket), content_type="application/pdf")
     filename = f"nightjar-ticket-{registration.code}-{ticket.number}.pdf"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_GET
+def healthz(request):
+    """200 when the database and RabbitMQ answer, 503 otherwise; no details
+    that could leak hosts or passwords (the reason goes to the log)."""
+    checks = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except DatabaseError:
+        logger.exception("Health check: the database does not answer")
+        checks["database"] = "unavailable"
+    try:
+        broker.ping()
+        checks["rabbitmq"] = "ok"
+    except broker.BrokerError as error:
+        logger.warning("Health check: %s", error)
+        checks["rabbitmq"] = "unavailable"
+    healthy = all(value == "ok" for value in checks.values())
+    response = JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
+    response["Cache-Control"] = "no-store"
     return response

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Chaos soak: prove "every registration ends with exactly one ticket" under
+real faults, on loopback only, bounded in count and time.
+
+    .venv/bin/python bin/chaos_soak.py [--registrations 2000] [--workers 3]
+
+It starts its own RabbitMQ node and gunicorn (and uses a fresh SQLite file
+unless DATABASE_URL is set), posts N registrations through the web stack,
+runs 3 workers in service mode while SIGKILLing a random one every 0.3-1 s
+(and restarting it), stops and restarts RabbitMQ once mid-run, then runs
+reconcile until nothing is pending and finally `audit`, which must pass with
+exactly N tickets. Exit status 0 only then.
+"""
+
+import argparse
+import http.cookiejar
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port < 45000 and all(port_free(port + offset) for offset in (10000, 20000)):
+            return port
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.folder = Path(tempfile.mkdtemp(prefix="nightjar-chaos-"))
+        self.rabbit_dir = self.folder / "rabbitmq"
+        self.rabbit_port = free_port()
+        self.web_port = free_port()
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{self.folder / 'chaos.sqlite3'}",
+            "NIGHTJAR_QUEUE": "nightjar.chaos",
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECURE_SSL_REDIRECT": "0",
+            "DJANGO_SECURE_COOKIES": "0",
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+            "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
+            "NIGHTJAR_LOG_FORMAT": "plain",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.workers: list[subprocess.Popen | None] = [None] * args.workers
+        self.worker_logs: list[Path] = []
+        self.kills = self.restarts = self.broker_restarts = 0
+        self.statuses: dict[int | str, int] = {}
+        self.posted = 0
+        self.lock = threading.Lock()
+        self.stop_chaos = threading.Event()
+
+    def say(self, line: str) -> None:
+        print(f"[{time.monotonic() - self.started:7.1f}s] {line}", flush=True)
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [PYTHON, str(ROOT / "manage.py"), *args], env=self.env, capture_output=True, text=True, timeout=300
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        return result
+
+    def rabbit(self, action: str) -> None:
+        command = [str(ROOT / "bin" / "rabbitmq-node"), action, str(self.rabbit_dir)]
+        if action == "start":
+            command.append(str(self.rabbit_port))
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+        if action == "start":
+            self.env["RABBITMQ_URL"] = result.stdout.strip()
+            self.env["RABBITMQ_MANAGEMENT_URL"] = f"http://127.0.0.1:{self.rabbit_port + 10000}/"
+
+    def start_worker(self, index: int) -> None:
+        log = self.folder / f"worker-{index}-{len(self.worker_logs)}.log"
+        self.worker_logs.append(log)
+        with open(log, "w") as out:
+            self.workers[index] = subprocess.Popen(
+                [PYTHON, str(ROOT / "manage.py"), "worker", "--serve", "--prefetch", "10"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    def chaos(self) -> None:
+        """SIGKILL a random worker every 0.3-1 s and start a new one in its place."""
+        rng = random.Random(self.args.seed)
+        while not self.stop_chaos.wait(rng.uniform(0.3, 1.0)):
+            index = rng.randrange(len(self.workers))
+            self.workers[index].kill()
+            self.workers[index].wait()
+            self.kills += 1
+            self.start_worker(index)
+            self.restarts += 1
+
+    def post_registrations(self, names: list[str]) -> None:
+        """One browser-like client: GET the form (cookie, token, key), POST it."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        base = f"http://127.0.0.1:{self.web_port}"
+        for name in names:
+            status: int | str
+            try:
+                page = opener.open(base + "/evening/", timeout=30).read().decode()
+                token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+                key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
+                data = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "submission_key": key, "name": name})
+                request = urllib.request.Request(base + "/evening/", data=data.encode(), headers={"Referer": base})
+                response = opener.open(request, timeout=30)
+                status = response.status  # 200 after following the redirect to the registration page
+                if "/registrations/R-" not in response.url:
+                    status = "no registration page"
+            except urllib.error.HTTPError as error:
+                status = error.code
+            except OSError as error:
+                status = type(error).__name__
+            with self.lock:
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+                self.posted += 1
+
+    def totals(self) -> dict[str, int]:
+        line = self.manage("status", "--limit", "0").stdout
+        numbers = re.search(r"Registrations: (\d+)\s+pending: (\d+).*tickets: (\d+)", line)
+        return {"registrations": int(numbers[1]), "pending": int(numbers[2]), "tickets": int(numbers[3])}
+
+    def run(self) -> int:
+        self.started = time.monotonic()
+        deadline = self.started + self.args.max_seconds
+        n = self.args.registrations
+        self.say(
+            f"Folder {self.folder}; starting RabbitMQ, migrating, starting gunicorn and {len(self.workers)} workers"
+        )
+        self.rabbit("start")
+        self.manage("migrate", "--noinput")
+        self.manage("collectstatic", "--noinput")  # DEBUG is off: pages need the hashed static files
+        web_command = [PYTHON, "-m", "gunicorn", "nightjar.wsgi", "-c", str(ROOT / "gunicorn.conf.py")]
+        web_command += ["--bind", f"127.0.0.1:{self.web_port}", "--workers", "3", "--access-logfile", "/dev/null"]
+        with open(self.folder / "gunicorn.log", "w") as web_log:
+            gunicorn = subprocess.Popen(web_command, cwd=ROOT, env=self.env, stdout=web_log, stderr=subprocess.STDOUT)
+        try:
+            for index in range(len(self.workers)):
+                self.start_worker(index)
+            while subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{self.web_port}/"]).returncode:
+                time.sleep(0.2)
+            chaos = threading.Thread(target=self.chaos, daemon=True)
+            chaos.start()
+
+            names = [f"Chaos Guest {i % 97}" for i in range(n)]  # repeated names: still one ticket each
+            clients = [threading.Thread(target=self.post_registrations, args=(names[i::4],)) for i in range(4)]
+            for client in clients:
+                client.start()
+            while self.posted < n // 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.say(f"{self.posted} posted; stopping RabbitMQ")
+            self.rabbit("stop")
+            time.sleep(2)
+            self.say(f"{self.posted} posted while RabbitMQ is down; starting it again")
+            self.rabbit("start")
+            self.broker_restarts += 1
+            for client in clients:
+                client.join(max(1, deadline - time.monotonic()))
+            self.say(f"All {self.posted} registrations posted: {self.statuses}; chaos goes on for 3 s more")
+            time.sleep(3)
+            self.stop_chaos.set()
+            chaos.join()
+
+            rounds = 0
+            while time.monotonic() < deadline:
+                totals = self.totals()
+                if totals["pending"] == 0:
+                    break
+                if rounds % 5 == 0:
+                    republished = self.manage("reconcile", "--older-than", "0", "--limit", "1000").stdout
+                    self.say(f"{totals['pending']} pending; {republished.strip().splitlines()[-1]}")
+                rounds += 1
+                time.sleep(1)
+            audit = self.manage("audit", "--pending-older-than", "0", check=False)
+            totals = self.totals()
+        finally:
+            self.stop_chaos.set()
+            for proc in [*self.workers, gunicorn]:
+                if proc is not None and proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in [*self.workers, gunicorn]:
+                if proc is not None:
+                    try:
+                        proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+            self.rabbit("stop")
+
+        redeliveries = sum(log.read_text().count("redelivered=True") for log in self.worker_logs)
+        duration = time.monotonic() - self.started
+        ok = audit.returncode == 0 and totals["registrations"] == n and totals["tickets"] == n
+        print()
+        print("Chaos soak summary")
+        print(f"  registrations posted: {self.posted} (HTTP results: {self.statuses})")
+        print(f"  registrations stored: {totals['registrations']}")
+        print(f"  tickets:              {totals['tickets']}")
+        print(f"  worker kills:         {self.kills} (SIGKILL), restarts: {self.restarts}")
+        print(f"  RabbitMQ restarts:    {self.broker_restarts}")
+        print(f"  redeliveries seen:    {redeliveries}")
+        print(f"  duration:             {duration:.1f} s")
+        print(f"  audit:                {(audit.stdout + audit.stderr).strip()}")
+        print(f"RESULT: {'PASS' if ok else 'FAIL'}: {totals['tickets']} tickets for {n} registrations")
+        if ok and not self.args.keep:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        else:
+            print(f"Logs kept in {self.folder}")
+        return 0 if ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--registrations", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=900, help="Give up after this long (default 900).")
+    parser.add_argument("--seed", type=int, default=None, help="Seed for the choice of victims and delays.")
+    parser.add_argument("--keep", action="store_true", help="Keep the folder with logs and database.")
+    args = parser.parse_args()
+    if args.registrations < 2 or args.workers < 1:
+        parser.error("--registrations must be at least 2 and --workers at least 1")
+    return Soak(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The production path: deploy checks, health endpoint, logs, the audit
+command, and the docker-compose file (parsed, since no Docker runs here)."""
+
+import io
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+
+from nightjar.logs import JsonFormatter, MaskSecrets
+from tests.conftest import ROOT
+from tickets.models import Completion, Registration, Ticket
+
+PRODUCTION_ENV = {
+    "DJANGO_SECRET_KEY": "a-long-random-production-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
+    "DJANGO_DEBUG": "0",
+    "DJANGO_ALLOWED_HOSTS": "nightjar.example.org",
+}
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("DJANGO_", "NIGHTJAR_"))}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args], env={**clean, **env}, capture_output=True, text=True
+    )
+
+
+def test_check_deploy_reports_nothing_with_production_variables():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_check_deploy_flags_a_missing_secret_key():
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode != 0
+    assert "security.W009" in result.stderr
+
+
+def test_junk_in_a_setting_fails_loudly():
+    result = manage("check", env={**PRODUCTION_ENV, "DJANGO_DEBUG": "maybe"})
+    assert result.returncode != 0
+    assert "DJANGO_DEBUG must be 1/0, true/false, yes/no or on/off, not 'maybe'" in result.stderr
+
+
+@pytest.mark.django_db
+def test_healthz_is_200_when_database_and_rabbitmq_answer(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "rabbitmq": "ok"}
+
+
+@pytest.mark.django_db
+def test_healthz_is_503_without_rabbitmq_and_leaks_nothing(client, rabbit):
+    with rabbit.down():
+        response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json() == {"status": "unavailable", "database": "ok", "rabbitmq": "unavailable"}
+    assert b"amqp" not in response.content and b"guest" not in response.content
+
+
+def test_logs_are_json_lines_with_passwords_masked():
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(MaskSecrets())
+    logger = logging.getLogger("tests.masking")
+    logger.addHandler(handler)
+    try:
+        logger.warning("RabbitMQ at %s is down", "amqp://nightjar:s3cret-pw@rabbit:5672/%2F")
+    finally:
+        logger.removeHandler(handler)
+    entry = json.loads(stream.getvalue())
+    assert entry["level"] == "WARNING"
+    assert entry["message"] == "RabbitMQ at amqp://nightjar:***@rabbit:5672/%2F is down"
+    assert "s3cret" not in stream.getvalue()
+
+
+def test_docker_compose_describes_every_service_with_what_it_needs():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"rabbitmq", "postgres", "migrate", "web", "worker"}
+    assert services["rabbitmq"]["image"].startswith("rabbitmq:") and "management" in services["rabbitmq"]["image"]
+    assert services["postgres"]["image"].startswith("postgres:")
+    for name in ("rabbitmq", "postgres", "web"):
+        assert "healthcheck" in services[name], name
+    for name in ("migrate", "web", "worker"):
+        env = services[name]["environment"]
+        assert {"DATABASE_URL", "RABBITMQ_URL", "DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS"} <= set(env), name
+        assert env["DATABASE_URL"].startswith("postgres://") and "@postgres:" in env["DATABASE_URL"]
+        assert "@rabbitmq:" in env["RABBITMQ_URL"]
+        assert services[name]["build"] == "."
+    # Migrations run once, before the web service and the worker start.
+    assert "migrate" in " ".join(services["migrate"]["command"])
+    for name in ("web", "worker"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert services[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+    assert services["worker"]["command"][:4] == ["python", "manage.py", "worker", "--serve"]
+    assert services["worker"]["stop_signal"] == "SIGTERM"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "requirements.txt" in dockerfile and "collectstatic" in dockerfile
+
+
+@pytest.mark.django_db
+def test_audit_passes_on_a_clean_database():
+    registration = Registration.objects.create(name="Clean")
+    Completion.objects.create(registration=registration)
+    Ticket.objects.create(registration=registration, name="Clean")
+    out = io.StringIO()
+    call_command("audit", stdout=out)
+    assert "Audit passed: 1 registrations" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_audit_prints_every_kind_of_violation_and_fails():
+    doubled = Registration.objects.create(name="Doubled")
+    Completion.objects.create(registration=doubled)
+    Ticket.objects.create(registration=doubled, name="Doubled")
+    Ticket.objects.create(registration=doubled, name="Doubled")
+    keyless = Registration.objects.create(name="Keyless")
+    Ticket.objects.create(registration=keyless, name="Keyless")
+    ticketless = Registration.objects.create(name="Ticketless")
+    Completion.objects.create(registration=ticketless)
+    renamed = Registration.objects.create(name="Right")
+    Completion.objects.create(registration=renamed)
+    Ticket.objects.create(registration=renamed, name="Wrong")
+    stale = Registration.objects.create(name="Stale")
+    Registration.objects.filter(pk=stale.pk).update(created=stale.created.replace(year=2020))
+    out = io.StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("audit", stdout=out)
+    assert failed.value.returncode == 1
+    report = out.getvalue()
+    assert f"VIOLATION more than one ticket: {doubled.code}" in report
+    assert f"VIOLATION ticket without a completion key: {keyless.code}" in report
+    assert f"VIOLATION completion key without a ticket: {ticketless.code}" in report
+    assert f"VIOLATION ticket name differs from the registration: {renamed.code}" in report
+    assert f"VIOLATION pending for more than 300 s: {stale.code}" in report

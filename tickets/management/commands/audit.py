@@ -1,0 +1,27 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from tickets import services
+
+
+class Command(BaseCommand):
+    help = (
+        "Check Nightjar's invariants: at most one ticket per registration, completion keys and tickets in "
+        "pairs, ticket names equal to registration names, nothing pending for long. Exits 1 on any violation."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--pending-older-than",
+            type=float,
+            default=300,
+            metavar="SECONDS",
+            help="Pending registrations older than this count as violations (default 300).",
+        )
+
+    def handle(self, *args, **options):
+        report = services.audit_invariants(pending_older_than=options["pending_older_than"])
+        for violation in report.violations:
+            self.stdout.write(f"VIOLATION {violation}")
+        if not report.passed:
+            raise CommandError(f"Audit failed: {len(report.violations)} kind(s) of violation.", returncode=1)
+        self.stdout.write(f"Audit passed: {report.checked} registrations, every invariant holds.")
