@@ -119,7 +119,7 @@ def test_serve_hands_back_a_delivery_that_hits_a_database_error(workers):
     break_tickets_table()
     try:
         worker = workers.start("--serve")
-        worker.wait_for("handing it back to RabbitMQ unacked")
+        worker.wait_for("handing them back to RabbitMQ unacked")
         worker.wait_for(f"Received {registration.code} redelivered=True")
         assert Completion.objects.count() == 0  # rolled back each time
     finally:

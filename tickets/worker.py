@@ -14,6 +14,7 @@ from typing import TextIO
 from django.db import close_old_connections, transaction
 
 from tickets import broker, contract, services
+from tickets.batch import handle_batch
 from tickets.checkpoints import Pause
 from tickets.models import Registration
 
@@ -34,8 +35,12 @@ class Worker:
         stdout: TextIO | None = None,
         prefetch: int = 1,
         reconcile_every: float | None = None,
+        batch: int | None = None,
+        batch_ms: float = 50,
     ) -> None:
         self.handler = handler
+        self.batch = batch
+        self.batch_seconds = batch_ms / 1000
         self.pause = pause
         self.stdout = stdout or sys.stdout
         self.prefetch = prefetch
@@ -61,12 +66,65 @@ class Worker:
             self.consumer = None
 
     def take_one(self) -> bool:
-        """Process one ready delivery; False when nothing was ready."""
+        """Process one ready delivery (one batch in batch mode); False when nothing was ready."""
+        if self.batch:
+            deliveries = self.collect_batch()
+            if deliveries:
+                self.process_batch(deliveries)
+            return bool(deliveries)
         delivery = self.consumer.get()
         if delivery is None:
             return False
         self.process(delivery)
         return True
+
+    def collect_batch(self, *, first_wait: float = 1.0) -> list[broker.Delivery]:
+        """Up to `batch` deliveries, or fewer when batch_ms pass without one.
+        The first one may take up to first_wait (the consumer is just starting)."""
+        deliveries: list[broker.Delivery] = []
+        idle = 0.0
+        for delivery in self.consumer.consume(idle_seconds=self.batch_seconds):
+            if delivery is None:
+                idle += self.batch_seconds
+                if deliveries or idle >= first_wait or self.shutdown:
+                    break
+                continue
+            deliveries.append(delivery)
+            if len(deliveries) >= self.batch:
+                break
+        return deliveries
+
+    def process_batch(self, deliveries: list[broker.Delivery]) -> None:
+        """Check every delivery, then one transaction and one ack for them all.
+        Raises on a database error, leaving the whole batch unacked."""
+        close_old_connections()
+        messages, rejections = [], []
+        decoded = {}
+        for delivery in deliveries:
+            try:
+                decoded[delivery.tag] = contract.decode(delivery.body)
+            except contract.ContractError as error:
+                rejections.append((delivery, str(error)))
+        ids = {message.registration_id for message in decoded.values()}
+        stored = dict(Registration.objects.filter(pk__in=ids).values_list("pk", "name"))
+        for delivery in deliveries:
+            message = decoded.get(delivery.tag)
+            if message is None:
+                continue
+            if message.registration_id not in stored:
+                rejections.append((delivery, f"There is no registration {message.code}."))
+            elif stored[message.registration_id] != message.name:
+                rejections.append((delivery, f"The name does not match the stored registration {message.code}."))
+            else:
+                messages.append(message)
+                self.say(f"Received {message.code} redelivered={delivery.redelivered}")
+        last_tag = max(delivery.tag for delivery in deliveries)
+        handle_batch(messages, rejections, lambda: self.consumer.ack(last_tag, multiple=True), self.pause)
+        for delivery, reason in rejections:
+            self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
+        self.handled += len(messages)
+        self.rejected += len(rejections)
+        self.say("Handler returned.")
 
     def process(self, delivery: broker.Delivery) -> None:
         """Check one delivery, then run the handler or record the rejection.
@@ -103,10 +161,10 @@ class Worker:
         self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}{already}")
 
     def drain(self) -> int:
-        count = 0
+        """Take deliveries until none is ready; returns how many."""
         while not self.shutdown and self.take_one():
-            count += 1
-        return count
+            pass
+        return self.handled + self.rejected
 
     def serve(self) -> None:
         """Consume until SIGTERM/SIGINT, reconnecting with backoff when
@@ -119,8 +177,8 @@ class Worker:
                 self.connect()
                 self.say(f"Serving {broker.queue_name()} (prefetch {self.prefetch}); stop with Ctrl+C or SIGTERM.")
                 backoff = 1.0
-                for delivery in self.consumer.consume(idle_seconds=0.5):
-                    if delivery is not None:
+                for delivery in self.deliveries():
+                    if delivery:
                         self.process_or_hand_back(delivery)
                     if self.reconcile_every and time.monotonic() - last_reconcile >= self.reconcile_every:
                         last_reconcile = time.monotonic()
@@ -140,15 +198,29 @@ class Worker:
                 self.close()
         self.say(f"Stopped after {self.handled} deliveries.")
 
-    def process_or_hand_back(self, delivery: broker.Delivery) -> None:
+    def deliveries(self):
+        """Yield single deliveries, or lists of them in batch mode; a falsy
+        value now and then when idle, so the loop can look at its flags."""
+        if not self.batch:
+            yield from self.consumer.consume(idle_seconds=0.5)
+            return
+        while True:
+            yield self.collect_batch(first_wait=0.5)
+
+    def process_or_hand_back(self, work: broker.Delivery | list[broker.Delivery]) -> None:
+        batch = work if isinstance(work, list) else [work]
         try:
-            self.process(delivery)
+            if isinstance(work, list):
+                self.process_batch(work)
+            else:
+                self.process(work)
         except broker.BrokerError:
             raise
         except Exception:
-            logger.exception("Delivery %s failed; handing it back to RabbitMQ unacked", delivery.tag)
+            logger.exception("%d deliveries failed; handing them back to RabbitMQ unacked", len(batch))
             self.sleep(RETRY_PAUSE, keepalive=True)
-            self.consumer.requeue(delivery.tag)
+            for delivery in batch:
+                self.consumer.requeue(delivery.tag)
 
     def reconcile(self) -> None:
         try:

@@ -36,15 +36,41 @@ class Command(BaseCommand):
             help="Unacked deliveries RabbitMQ may send ahead in --serve (default 10).",
         )
         parser.add_argument(
+            "--batch",
+            type=int,
+            metavar="N",
+            help="Batch mode: up to N deliveries per transaction and one multiple=True ack (tickets/batch.py).",
+        )
+        parser.add_argument(
+            "--batch-ms",
+            type=float,
+            default=50,
+            metavar="MS",
+            help="In batch mode, close a batch after this many milliseconds without a new delivery (default 50).",
+        )
+        parser.add_argument(
             "--reconcile-every",
             type=float,
             metavar="SECONDS",
             help="In --serve, republish registrations whose publish was lost, this often.",
         )
 
+    @staticmethod
+    def prefetch(options) -> int:
+        # A batch can only fill up if RabbitMQ may send that many ahead.
+        if options["batch"]:
+            return max(options["batch"], options["prefetch"] if options["serve"] else 0)
+        return options["prefetch"] if options["serve"] else 1
+
     def handle(self, *args, **options):
         if options["prefetch"] < 1:
             raise CommandError("--prefetch must be at least 1.", returncode=2)
+        if options["batch"] is not None and options["batch"] < 1:
+            raise CommandError("--batch must be at least 1.", returncode=2)
+        if options["batch"] and options["handler"] != DEFAULT_HANDLER:
+            raise CommandError(
+                "--handler picks the per-delivery handler; batch mode uses tickets/batch.py.", returncode=2
+            )
         if options["reconcile_every"] is not None and not options["serve"]:
             raise CommandError("--reconcile-every only makes sense with --serve.", returncode=2)
         try:
@@ -58,8 +84,10 @@ class Command(BaseCommand):
             handler=handler,
             pause=pause,
             stdout=self.stdout,
-            prefetch=options["prefetch"] if options["serve"] else 1,
+            prefetch=self.prefetch(options),
             reconcile_every=options["reconcile_every"],
+            batch=options["batch"],
+            batch_ms=options["batch_ms"],
         )
         try:
             if options["serve"]:

@@ -1,0 +1,484 @@
+#!/usr/bin/env python3
+"""Nightjar's benchmark: Nightjar against the raw ceiling, measured in one run.
+
+    .venv/bin/python bin/benchmark.py [--quick] [--only SECTION ...] [--json FILE]
+
+It prepares a throwaway SQLite database and queue (on RABBITMQ_URL, or on a
+node of its own when that is not set) and prints a table, writing the same
+figures as JSON (default benchmark.json):
+
+  raw        a minimal pika + sqlite3 consumer: per delivery, and batches of 50
+  worker     Nightjar's worker (--serve) draining N registrations: 1 and 2 processes
+  batch      Nightjar's worker --serve --batch 50
+  latency    registrations at 100/s for 20 s: registration commit -> ticket commit
+  web        registration POSTs through gunicorn at fixed rates; RabbitMQ up and down
+  memory     the worker's resident memory after 1,000 and 100,000 deliveries
+
+Each figure is the median of 3 runs (min and max shown). Throughput is
+deliveries / (last commit - first commit), the same clock for every contender.
+pika is used directly here only for the raw ceiling and for bulk pre-publishing.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PYTHON = sys.executable
+FOLDER = Path(tempfile.mkdtemp(prefix="nightjar-bench-"))
+os.environ["DATABASE_URL"] = f"sqlite:///{FOLDER / 'bench.sqlite3'}"
+os.environ["NIGHTJAR_QUEUE"] = f"nightjar.bench-{uuid.uuid4().hex[:8]}"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nightjar.settings")
+os.environ["NIGHTJAR_LOG_LEVEL"] = "WARNING"
+os.environ["NIGHTJAR_LOG_FORMAT"] = "plain"
+
+import django  # noqa: E402
+
+OWN_NODE = None
+if not os.environ.get("RABBITMQ_URL"):
+    OWN_NODE = FOLDER / "rabbitmq"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    while port > 45000:
+        port -= 10000
+    url = subprocess.run(
+        [str(ROOT / "bin" / "rabbitmq-node"), "start", str(OWN_NODE), str(port)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    os.environ["RABBITMQ_URL"] = url
+    os.environ["RABBITMQ_MANAGEMENT_URL"] = f"http://127.0.0.1:{port + 10000}/"
+
+django.setup()
+
+import pika  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.db.models import Max, Min  # noqa: E402
+
+from tickets import broker, contract  # noqa: E402
+from tickets.models import Completion, Registration, RejectedMessage, Ticket  # noqa: E402
+
+RUNS = 3
+RESULTS: dict[str, dict] = {}
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def record(key: str, label: str, values: list[float], unit: str, **extra) -> dict:
+    RESULTS[key] = {"label": label, "unit": unit, **summary(values), **extra}
+    figure = RESULTS[key]
+    say(f"  {label}: {figure['median']:,.0f} {unit} (min {figure['min']:,.0f}, max {figure['max']:,.0f})")
+    return figure
+
+
+def reset_database() -> None:
+    Ticket.objects.all().delete()
+    Completion.objects.all().delete()
+    RejectedMessage.objects.all().delete()
+    Registration.objects.all().delete()
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def prepare(n: int) -> None:
+    """N registrations in the database and one delivery each in the queue."""
+    reset_database()
+    Registration.objects.bulk_create([Registration(name=f"Bench Guest {i % 500}") for i in range(n)], batch_size=2000)
+    bodies = [
+        contract.encode(registration_id=pk, name=name)
+        for pk, name in Registration.objects.order_by("pk").values_list("pk", "name")
+    ]
+    publish_bulk(bodies)
+
+
+def publish_bulk(bodies: list[bytes]) -> None:
+    connection_ = pika.BlockingConnection(broker.parameters())
+    channel = connection_.channel()
+    broker.declare(channel)
+    channel.queue_purge(broker.queue_name())
+    props = pika.BasicProperties(delivery_mode=2, content_type="application/json")
+    for body in bodies:
+        channel.basic_publish("", broker.queue_name(), body, props)
+    deadline = time.monotonic() + 120
+    while channel.queue_declare(broker.queue_name(), passive=True).method.message_count < len(bodies):
+        assert time.monotonic() < deadline, "RabbitMQ did not take the messages in time"
+        connection_.sleep(0.05)
+    connection_.close()
+
+
+def ticket_span() -> tuple[int, float]:
+    """Tickets made and the seconds between the first and the last commit."""
+    span = Ticket.objects.aggregate(first=Min("issued"), last=Max("issued"))
+    count = Ticket.objects.count()
+    return count, (span["last"] - span["first"]).total_seconds()
+
+
+def wait_for_tickets(n: int, procs: list[subprocess.Popen], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while Ticket.objects.count() < n:
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"A worker exited with {proc.returncode}; see the logs in {FOLDER}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Only {Ticket.objects.count()} of {n} tickets after {timeout} s")
+        time.sleep(0.05)
+
+
+def worker_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def start_workers(count: int, *args: str) -> list[subprocess.Popen]:
+    """Workers in service mode; their output goes to a file, as under a service manager."""
+    command = [PYTHON, str(ROOT / "manage.py"), "worker", "--serve", *args]
+    procs = []
+    for _ in range(count):
+        with open(FOLDER / f"worker-{uuid.uuid4().hex[:6]}.log", "w") as log:
+            procs.append(subprocess.Popen(command, env=worker_env(), stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(timeout=60)
+
+
+# --- 1. Raw ceiling -------------------------------------------------------
+
+
+def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
+    """Plain pika + sqlite3 on the same schema, broker and disk."""
+    db = sqlite3.connect(str(FOLDER / "bench.sqlite3"), isolation_level=None, timeout=20)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    conn = pika.BlockingConnection(broker.parameters())
+    channel = conn.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    done = 0
+    pending: list[tuple[int, bytes]] = []
+    first = last = 0.0
+
+    def commit(tags_bodies):
+        db.execute("BEGIN IMMEDIATE")
+        for _tag, body in tags_bodies:
+            data = json.loads(body)
+            rid = int(data["id"][2:])
+            now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+            cur = db.execute(
+                "INSERT OR IGNORE INTO tickets_completion (registration_id, completed) VALUES (?, ?)", (rid, now)
+            )
+            if cur.rowcount:
+                db.execute(
+                    "INSERT INTO tickets_ticket (registration_id, name, issued, secret) VALUES (?, ?, ?, ?)",
+                    (rid, data["name"], now, uuid.uuid4().hex),
+                )
+        db.execute("COMMIT")
+
+    for method, _props, body in channel.consume(broker.queue_name(), inactivity_timeout=2):
+        if method is None:
+            break
+        if not first:
+            first = time.perf_counter()
+        pending.append((method.delivery_tag, body))
+        if len(pending) >= batch:
+            commit(pending)
+            channel.basic_ack(pending[-1][0], multiple=batch > 1)
+            done += len(pending)
+            pending = []
+            last = time.perf_counter()
+        if done >= n:
+            break
+    if pending:
+        commit(pending)
+        channel.basic_ack(pending[-1][0], multiple=True)
+        done += len(pending)
+        last = time.perf_counter()
+    channel.cancel()
+    conn.close()
+    db.close()
+    assert done == n, f"raw consumer handled {done} of {n}"
+    return (n - 1) / (last - first)
+
+
+def bench_raw(n: int) -> None:
+    say(f"Raw ceiling (pika + sqlite3, prefetch 50, {n} deliveries)")
+    for batch, key in ((1, "raw_per_delivery"), (50, "raw_batch50")):
+        values = []
+        for _ in range(RUNS):
+            prepare(n)
+            values.append(raw_consumer(n, batch))
+        record(key, f"raw, {'per delivery' if batch == 1 else 'batches of 50'}", values, "deliveries/s")
+
+
+# --- 2 and 3. Nightjar's worker --------------------------------------------
+
+
+def nightjar_rate(n: int, processes: int, *args: str) -> float:
+    prepare(n)
+    procs = start_workers(processes, *args)
+    try:
+        wait_for_tickets(n, procs)
+    finally:
+        stop(procs)
+    count, seconds = ticket_span()
+    assert count == n, f"{count} tickets for {n} registrations"
+    return (n - 1) / seconds
+
+
+def bench_worker(n: int) -> None:
+    say(f"Nightjar worker, per-delivery mode (--serve --prefetch 50, {n} deliveries)")
+    for processes in (1, 2):
+        values = [nightjar_rate(n, processes, "--prefetch", "50") for _ in range(RUNS)]
+        ratio = (
+            statistics.median(values) / RESULTS["raw_per_delivery"]["median"] if "raw_per_delivery" in RESULTS else None
+        )
+        figure = record(f"worker_{processes}proc", f"worker, {processes} process(es)", values, "deliveries/s")
+        figure["ratio_to_raw_per_delivery"] = ratio
+        if ratio:
+            say(f"    = {ratio:.0%} of the raw per-delivery ceiling")
+
+
+def bench_batch(n: int) -> None:
+    say(f"Nightjar worker, batch mode (--serve --batch 50, {n} deliveries)")
+    for processes in (1, 2):
+        values = [nightjar_rate(n, processes, "--batch", "50", "--prefetch", "100") for _ in range(RUNS)]
+        ratio = statistics.median(values) / RESULTS["raw_batch50"]["median"] if "raw_batch50" in RESULTS else None
+        figure = record(f"batch_{processes}proc", f"batch worker, {processes} process(es)", values, "deliveries/s")
+        figure["ratio_to_raw_batch50"] = ratio
+        if ratio:
+            say(f"    = {ratio:.0%} of the raw batch ceiling")
+
+
+# --- 4. End-to-end latency ---------------------------------------------------
+
+
+def bench_latency(rate: float, seconds: float) -> None:
+    from tickets import services
+
+    say(f"End-to-end latency ({rate:.0f} registrations/s for {seconds:.0f} s, one worker in service mode)")
+    p50s, p95s, p99s = [], [], []
+    for _ in range(RUNS):
+        reset_database()
+        publish_bulk([])
+        procs = start_workers(1, "--prefetch", "50")
+        time.sleep(2)  # let the worker connect before the clock starts
+        count = int(rate * seconds)
+        start = time.perf_counter()
+        for i in range(count):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            services.register_guest(name=f"Latency Guest {i}")
+        wait_for_tickets(count, procs)
+        stop(procs)
+        latencies = sorted(
+            (ticket.issued - ticket.registration.created).total_seconds() * 1000
+            for ticket in Ticket.objects.select_related("registration")
+        )
+        p50s.append(latencies[len(latencies) // 2])
+        p95s.append(latencies[int(len(latencies) * 0.95)])
+        p99s.append(latencies[int(len(latencies) * 0.99)])
+    record("latency_p50_ms", "latency p50", p50s, "ms")
+    record("latency_p95_ms", "latency p95", p95s, "ms")
+    record("latency_p99_ms", "latency p99", p99s, "ms")
+
+
+# --- 5. Web path -----------------------------------------------------------------
+
+
+async def post_at_rate(port: int, rate: float, seconds: float, cookie: str, token: str) -> tuple[list[float], int]:
+    """Open-loop load: request i is due at i/rate; its latency counts from then,
+    so a slow server cannot hide queueing (no coordinated omission)."""
+    count = int(rate * seconds)
+    latencies: list[float] = []
+    errors = 0
+    loop = asyncio.get_running_loop()
+    start = loop.time() + 0.1
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+        due = start + i / rate
+        body = f"csrfmiddlewaretoken={token}&name=Web+Guest+{i}&submission_key={uuid.uuid4().hex}".encode()
+        request = (
+            f"POST /evening/ HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: csrftoken={cookie}\r\n"
+            f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode() + body
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            await writer.drain()
+            status = await reader.readline()
+            writer.close()
+            if b" 302 " not in status:
+                errors += 1
+        except OSError:
+            errors += 1
+        latencies.append((loop.time() - due) * 1000)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return sorted(latencies), errors
+
+
+def start_gunicorn(port: int, rabbitmq_url: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "RABBITMQ_URL": rabbitmq_url,
+        "DJANGO_SECURE_SSL_REDIRECT": "0",
+        "DJANGO_SECURE_COOKIES": "0",
+        "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
+    }
+    command = [PYTHON, "-m", "gunicorn", "nightjar.wsgi", "-c", str(ROOT / "gunicorn.conf.py")]
+    command += ["--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}/"]).returncode:
+        assert time.monotonic() < deadline and proc.poll() is None, "gunicorn did not start"
+        time.sleep(0.2)
+    return proc
+
+
+def csrf_pair(port: int) -> tuple[str, str]:
+    import re
+    import urllib.request
+
+    response = urllib.request.urlopen(f"http://127.0.0.1:{port}/evening/")
+    page = response.read().decode()
+    cookie = response.headers["Set-Cookie"].split("csrftoken=")[1].split(";")[0]
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    return cookie, token
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def bench_web(rates: list[int], seconds: float) -> None:
+    for label, url in (("up", os.environ["RABBITMQ_URL"]), ("down", f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")):
+        say(f"Web path, RabbitMQ {label} (gunicorn, POST /evening/, {seconds:.0f} s per rate)")
+        held_runs = []
+        table = {}
+        for _ in range(RUNS):
+            reset_database()
+            port = free_port()
+            proc = start_gunicorn(port, url)
+            try:
+                cookie, token = csrf_pair(port)
+                held = 0
+                for rate in rates:
+                    latencies, errors = asyncio.run(post_at_rate(port, rate, seconds, cookie, token))
+                    p99 = latencies[int(len(latencies) * 0.99)]
+                    table.setdefault(rate, []).append(p99)
+                    say(f"    {rate}/s: p50 {latencies[len(latencies) // 2]:.1f} ms, p99 {p99:.1f} ms, errors {errors}")
+                    if p99 >= 50 or errors:
+                        break
+                    held = rate
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+            held_runs.append(held)
+        record(f"web_{label}_held_rate", f"highest rate held with p99 < 50 ms, RabbitMQ {label}", held_runs, "req/s")
+        RESULTS[f"web_{label}_held_rate"]["p99_ms_by_rate"] = table
+
+
+# --- 6. Memory ---------------------------------------------------------------------
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def bench_memory(first: int, total: int) -> None:
+    say(f"Worker memory (resident set) after {first:,} and {total:,} deliveries")
+    prepare(total)
+    # One worker drains them all; its RSS is sampled as the ticket count passes each mark.
+    procs = start_workers(1, "--prefetch", "50")
+    samples = {}
+    try:
+        for mark in (first, total):
+            while Ticket.objects.count() < mark:
+                time.sleep(0.02)
+            samples[mark] = rss_kib(procs[0].pid)
+    finally:
+        stop(procs)
+    growth = samples[total] / samples[first] - 1
+    RESULTS["memory"] = {
+        "label": "worker RSS",
+        "unit": "KiB",
+        f"after_{first}": samples[first],
+        f"after_{total}": samples[total],
+        "growth": growth,
+    }
+    say(f"  RSS after {first:,}: {samples[first]:,} KiB; after {total:,}: {samples[total]:,} KiB ({growth:+.1%})")
+
+
+def main() -> int:
+    global RUNS
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sections = ["raw", "worker", "batch", "latency", "web", "memory"]
+    parser.add_argument("--only", nargs="+", choices=sections, default=sections)
+    parser.add_argument("--quick", action="store_true", help="Smaller N and 1 run each (a smoke test, not figures).")
+    parser.add_argument("--json", default="benchmark.json", help="Where to write the figures (default benchmark.json).")
+    args = parser.parse_args()
+    random.seed(1)
+    n = 3000 if args.quick else 20000
+    RUNS = 1 if args.quick else 3
+    say(f"Nightjar benchmark: {os.cpu_count()} cores, SQLite (WAL) in {FOLDER}, RabbitMQ {broker.masked_url()}")
+    call_command("migrate", verbosity=0)
+    try:
+        if "raw" in args.only:
+            bench_raw(n)
+        if "worker" in args.only:
+            bench_worker(n)
+        if "batch" in args.only:
+            bench_batch(n)
+        if "latency" in args.only:
+            bench_latency(100, 5 if args.quick else 20)
+        if "web" in args.only:
+            bench_web(
+                [100, 250, 400] if args.quick else [100, 200, 250, 300, 400, 500, 650, 800], 3 if args.quick else 5
+            )
+        if "memory" in args.only:
+            bench_memory(1000, 5000 if args.quick else 100_000)
+    finally:
+        broker.delete_queues()
+        if OWN_NODE:
+            subprocess.run([str(ROOT / "bin" / "rabbitmq-node"), "stop", str(OWN_NODE)], capture_output=True)
+    Path(args.json).write_text(json.dumps(RESULTS, indent=2))
+    say(f"Figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
