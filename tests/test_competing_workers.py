@@ -10,12 +10,13 @@ from tickets.models import Completion, Registration, Ticket
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_three_workers_draining_300_registrations_published_twice_make_300_tickets(workers):
+@pytest.mark.parametrize("mode", [(), ("--batch", "50")], ids=["per-delivery", "batch"])
+def test_three_workers_draining_300_registrations_published_twice_make_300_tickets(mode, workers):
     registrations = [services.register_guest(name=f"Guest {n % 7}") for n in range(300)]
     for registration in registrations:
         services.retry_registration(code=registration.code)
 
-    running = [workers.start("--drain") for _ in range(3)]
+    running = [workers.start("--drain", *mode) for _ in range(3)]
     results = [worker.finish(timeout=180) for worker in running]
 
     assert [status for status, _ in results] == [0, 0, 0], results
@@ -23,4 +24,4 @@ def test_three_workers_draining_300_registrations_published_twice_make_300_ticke
     assert Ticket.objects.count() == 300
     assert Completion.objects.count() == 300
     assert not Registration.objects.annotate(n=Count("tickets")).exclude(n=1).exists()
-    assert workers.run().stdout.strip() == "No ready registrations"
+    assert workers.run(*mode).stdout.strip() == "No ready registrations"

@@ -19,15 +19,21 @@ STATE_AFTER_DEATH = {
 }
 
 
+# Every guarantee holds in both modes: one delivery per transaction, and
+# batch mode (one transaction and one multiple=True ack per batch).
+MODES = pytest.mark.parametrize("mode", [(), ("--batch", "50")], ids=["per-delivery", "batch"])
+
+
 def rows() -> tuple[int, int]:
     return Completion.objects.count(), Ticket.objects.count()
 
 
+@MODES
 @pytest.mark.parametrize("checkpoint", list(STATE_AFTER_DEATH))
 @pytest.mark.parametrize("how", ["SIGKILL", "Ctrl+C"])
-def test_worker_killed_at_a_checkpoint_ends_with_exactly_one_ticket(checkpoint, how, workers):
+def test_worker_killed_at_a_checkpoint_ends_with_exactly_one_ticket(checkpoint, how, mode, workers):
     registration = services.register_guest(name="Crash Test")
-    worker = workers.start("--pause", checkpoint)
+    worker = workers.start(*mode, "--pause", checkpoint)
     assert worker.wait_for(f"Received {registration.code} redelivered=False")
     worker.wait_for(f"Paused {checkpoint}.")
 
@@ -42,19 +48,20 @@ def test_worker_killed_at_a_checkpoint_ends_with_exactly_one_ticket(checkpoint, 
         assert "Traceback" not in output
     assert rows() == STATE_AFTER_DEATH[checkpoint]
 
-    rerun = workers.run()
+    rerun = workers.run(*mode)
     assert rerun.returncode == 0, rerun.stderr
     assert f"Received {registration.code} redelivered=True" in rerun.stdout
     assert "Handler returned." in rerun.stdout
     assert rows() == (1, 1)
     assert Ticket.objects.get().registration_id == registration.pk
     # Acked this time: nothing is left to redeliver.
-    assert workers.run().stdout.strip() == "No ready registrations"
+    assert workers.run(*mode).stdout.strip() == "No ready registrations"
 
 
-def test_enter_at_a_pause_continues_and_acks(workers):
+@MODES
+def test_enter_at_a_pause_continues_and_acks(mode, workers):
     registration = services.register_guest(name="Patient Learner")
-    worker = workers.start("--pause", "inside-transaction")
+    worker = workers.start(*mode, "--pause", "inside-transaction")
     worker.wait_for("Paused inside-transaction.")
     worker.send("")
     worker.wait_for("Handler returned.")
@@ -62,26 +69,28 @@ def test_enter_at_a_pause_continues_and_acks(workers):
     assert status == 0
     assert rows() == (1, 1)
     assert registration.tickets.count() == 1
-    assert workers.run().stdout.strip() == "No ready registrations"
+    assert workers.run(*mode).stdout.strip() == "No ready registrations"
 
 
 @pytest.mark.parametrize(("crash", "status", "state"), [("before", 21, (0, 0)), ("after", 22, (1, 1))])
-def test_crash_switch_exits_abruptly_and_redelivery_makes_one_ticket(crash, status, state, workers):
+@MODES
+def test_crash_switch_exits_abruptly_and_redelivery_makes_one_ticket(crash, status, state, mode, workers):
     services.register_guest(name="Crash Switch")
-    result = workers.run("--crash", crash)
+    result = workers.run(*mode, "--crash", crash)
     assert result.returncode == status, result.stdout + result.stderr
     assert rows() == state
-    rerun = workers.run()
+    rerun = workers.run(*mode)
     assert "redelivered=True" in rerun.stdout
     assert rows() == (1, 1)
 
 
-def test_database_error_in_the_handler_leaves_the_delivery_unacked(workers):
+@MODES
+def test_database_error_in_the_handler_leaves_the_delivery_unacked(mode, workers):
     registration = services.register_guest(name="Unlucky Guest")
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE tickets_ticket RENAME TO tickets_ticket_away")
     try:
-        failed = workers.run()
+        failed = workers.run(*mode)
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE tickets_ticket_away RENAME TO tickets_ticket")
@@ -89,6 +98,6 @@ def test_database_error_in_the_handler_leaves_the_delivery_unacked(workers):
     assert "Not acked" in failed.stderr
     assert rows() == (0, 0)  # the completion key was rolled back with the failed ticket insert
 
-    rerun = workers.run()
+    rerun = workers.run(*mode)
     assert f"Received {registration.code} redelivered=True" in rerun.stdout
     assert rows() == (1, 1)

@@ -16,6 +16,7 @@ from tickets import broker, services
 from tickets.models import Completion, Registration, RejectedMessage, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
+MODES = pytest.mark.parametrize("mode", [(), ("--batch", "10")], ids=["per-delivery", "batch"])
 
 
 def amqp_publish(url: str, queue: str, body: bytes) -> None:
@@ -23,7 +24,8 @@ def amqp_publish(url: str, queue: str, body: bytes) -> None:
     subprocess.run(["amqp-publish", "--url", url, "-r", queue, "-p"], input=body, check=True, timeout=30)
 
 
-def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(workers, test_settings):
+@MODES
+def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, workers, test_settings):
     known = Registration.objects.create(name="Known Guest")
     valid = services.register_guest(name="Valid Guest")
     broker.queue_counts()  # declares the queue for amqp-publish
@@ -34,7 +36,7 @@ def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(workers, tes
         b'{"id":"R-99999999","name":"Nobody","v":1}': "There is no registration R-99999999.",
         b'{"id":"' + known.code.encode() + b'","name":"Someone Else","v":1}': "does not match",
     }
-    worker = workers.start("--serve")
+    worker = workers.start("--serve", *mode)
     worker.wait_for(f"Received {valid.code} redelivered=False")
     worker.wait_for("Handler returned.")
     for body in poison:
@@ -114,11 +116,12 @@ def mend_tickets_table():
         cursor.execute("ALTER TABLE tickets_ticket_away RENAME TO tickets_ticket")
 
 
-def test_serve_hands_back_a_delivery_that_hits_a_database_error(workers):
+@MODES
+def test_serve_hands_back_a_delivery_that_hits_a_database_error(mode, workers):
     registration = services.register_guest(name="Database Trouble")
     break_tickets_table()
     try:
-        worker = workers.start("--serve")
+        worker = workers.start("--serve", *mode)
         worker.wait_for("handing them back to RabbitMQ unacked")
         worker.wait_for(f"Received {registration.code} redelivered=True")
         assert Completion.objects.count() == 0  # rolled back each time

@@ -25,8 +25,8 @@ def handle(message, ack, pause=None):
     checkpoint(pause, "before-write")
 
     with transaction.atomic():
-        # The key's primary key IS the registration: a repeat finds it.
-        _completion, is_new = Completion.objects.get_or_create(registration_id=message.registration_id)
+        # The key's primary key IS the registration: a repeat finds it there.
+        is_new = Completion.objects.insert_if_new(registration_id=message.registration_id)
         checkpoint(pause, "inside-transaction")
         if is_new:
             Ticket.objects.create(registration_id=message.registration_id, name=message.name)

@@ -3,7 +3,7 @@
 import hmac
 import secrets
 
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
 
 from tickets.contract import MAX_NAME_LENGTH, format_code
@@ -12,6 +12,16 @@ from tickets.contract import MAX_NAME_LENGTH, format_code
 def new_secret() -> str:
     # 32 random bytes = 256 bits, URL-safe: unguessable in guest URLs.
     return secrets.token_urlsafe(32)
+
+
+class RegistrationManager(models.Manager):
+    def stored_name(self, registration_id: int) -> str | None:
+        """The name stored for a registration, or None. One indexed lookup in
+        plain SQL: the worker asks this for every delivery."""
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT name FROM {self.model._meta.db_table} WHERE id = %s", [registration_id])
+            row = cursor.fetchone()
+        return row[0] if row else None
 
 
 class Registration(models.Model):
@@ -23,6 +33,8 @@ class Registration(models.Model):
     secret = models.CharField(max_length=64, default=new_secret, editable=False)
     # A re-sent form (double click, browser retry) finds its registration by this key.
     submission_key = models.CharField(max_length=64, null=True, blank=True, unique=True, editable=False)
+
+    objects = RegistrationManager()
 
     class Meta:
         ordering = ["id"]
@@ -60,6 +72,23 @@ class Ticket(models.Model):
         return f"T-{self.pk:04d}"
 
 
+class CompletionManager(models.Manager):
+    def insert_if_new(self, *, registration_id: int) -> bool:
+        """Insert the completion key; True if it was new, False if it was
+        already there. One INSERT ... ON CONFLICT DO NOTHING (SQLite and
+        PostgreSQL alike): a concurrent insert of the same key waits for the
+        other transaction and then does nothing, so two workers can never both
+        see "new"."""
+        table = self.model._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (registration_id, completed) VALUES (%s, %s) "
+                "ON CONFLICT (registration_id) DO NOTHING",
+                [registration_id, connection.ops.adapt_datetimefield_value(timezone.now())],
+            )
+            return cursor.rowcount == 1
+
+
 class Completion(models.Model):
     """The receipt of idempotency: one row per registration whose ticket was
     made. Its primary key is the registration, so a second insert fails."""
@@ -68,6 +97,8 @@ class Completion(models.Model):
         Registration, primary_key=True, on_delete=models.PROTECT, related_name="completion"
     )
     completed = models.DateTimeField(default=timezone.now)
+
+    objects = CompletionManager()
 
     class Meta:
         ordering = ["registration_id"]

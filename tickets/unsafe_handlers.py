@@ -17,7 +17,7 @@ def ack_first(message, ack, pause=None):
     ack()
     checkpoint(pause, "before-write")
     with transaction.atomic():
-        _completion, is_new = Completion.objects.get_or_create(registration_id=message.registration_id)
+        is_new = Completion.objects.insert_if_new(registration_id=message.registration_id)
         checkpoint(pause, "inside-transaction")
         if is_new:
             Ticket.objects.create(registration_id=message.registration_id, name=message.name)

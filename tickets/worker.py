@@ -46,6 +46,9 @@ class Worker:
         self.prefetch = prefetch
         self.reconcile_every = reconcile_every
         self.consumer: broker.Consumer | None = None
+        # Queued acks only in service mode without checkpoints: a learner who
+        # pauses or kills the worker must find every ack already sent.
+        self.flush_acks = True
         self.shutdown = False
         self.handled = 0
         self.rejected = 0
@@ -119,7 +122,8 @@ class Worker:
                 messages.append(message)
                 self.say(f"Received {message.code} redelivered={delivery.redelivered}")
         last_tag = max(delivery.tag for delivery in deliveries)
-        handle_batch(messages, rejections, lambda: self.consumer.ack(last_tag, multiple=True), self.pause)
+        ack_all = lambda: self.consumer.ack(last_tag, multiple=True, flush=self.flush_acks)  # noqa: E731
+        handle_batch(messages, rejections, ack_all, self.pause)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
         self.handled += len(messages)
@@ -136,7 +140,7 @@ class Worker:
             self.reject(delivery, str(error))
             return
         self.say(f"Received {message.code} redelivered={delivery.redelivered}")
-        self.handler(message, lambda: self.consumer.ack(delivery.tag), self.pause)
+        self.handler(message, lambda: self.consumer.ack(delivery.tag, flush=self.flush_acks), self.pause)
         self.handled += 1
         self.say("Handler returned.")
 
@@ -144,7 +148,7 @@ class Worker:
         """The contract, then the stored registration: a body that names an
         unknown registration or another name is not a repeat of anything."""
         message = contract.decode(delivery.body)
-        stored = Registration.objects.filter(pk=message.registration_id).values_list("name", flat=True).first()
+        stored = Registration.objects.stored_name(message.registration_id)
         if stored is None:
             raise contract.ContractError(f"There is no registration {message.code}.")
         if stored != message.name:
@@ -170,6 +174,7 @@ class Worker:
         """Consume until SIGTERM/SIGINT, reconnecting with backoff when
         RabbitMQ goes away. A failed delivery is logged and handed back."""
         self.install_signal_handlers()
+        self.flush_acks = self.pause is not None
         backoff = 1.0
         last_reconcile = time.monotonic()
         while not self.shutdown:
