@@ -52,6 +52,11 @@ def port_free(port: int) -> bool:
     return True
 
 
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def http_error_302(self, req, fp, code, msg, headers):
+        return fp
+
+
 class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -125,20 +130,29 @@ class Soak:
     def post_registrations(self, names: list[str]) -> None:
         """One browser-like client: GET the form (cookie, token, key), POST it."""
         jar = http.cookiejar.CookieJar()
-        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        # Redirects are followed by hand, and every response is closed at once:
+        # gunicorn lingers up to 2 s on a connection whose client keeps it open.
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
         base = f"http://127.0.0.1:{self.web_port}"
         for name in names:
             status: int | str
             try:
-                page = opener.open(base + "/evening/", timeout=30).read().decode()
+                with opener.open(base + "/evening/", timeout=30) as response:
+                    page = response.read().decode()
                 token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
                 key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
                 data = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "submission_key": key, "name": name})
                 request = urllib.request.Request(base + "/evening/", data=data.encode(), headers={"Referer": base})
-                response = opener.open(request, timeout=30)
-                status = response.status  # 200 after following the redirect to the registration page
-                if "/registrations/R-" not in response.url:
-                    status = "no registration page"
+                with opener.open(request, timeout=30) as response:
+                    response.read()
+                    location = response.headers.get("Location", "")
+                    status = response.status
+                if status != 302 or not location.startswith("/registrations/R-"):
+                    status = f"{status} without a registration"
+                else:
+                    with opener.open(base + location, timeout=30) as response:  # the registration page
+                        response.read()
+                        status = response.status
             except urllib.error.HTTPError as error:
                 status = error.code
             except OSError as error:

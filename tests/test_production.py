@@ -4,6 +4,7 @@ command, and the docker-compose file (parsed, since no Docker runs here)."""
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -23,7 +24,7 @@ PRODUCTION_ENV = {
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("DJANGO_", "NIGHTJAR_"))}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "NIGHTJAR_", "RABBITMQ_"))}
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args], env={**clean, **env}, capture_output=True, text=True
     )
@@ -141,3 +142,12 @@ def test_audit_prints_every_kind_of_violation_and_fails():
     assert f"VIOLATION completion key without a ticket: {ticketless.code}" in report
     assert f"VIOLATION ticket name differs from the registration: {renamed.code}" in report
     assert f"VIOLATION pending for more than 300 s: {stale.code}" in report
+
+
+def test_a_broken_broker_url_and_lab_mode_in_production_are_system_check_findings():
+    broken = manage("check", env={**PRODUCTION_ENV, "RABBITMQ_URL": "http://nowhere"})
+    assert broken.returncode != 0
+    assert "nightjar.E001" in broken.stderr
+    lab = manage("check", "--deploy", "--fail-level", "WARNING", env={**PRODUCTION_ENV, "NIGHTJAR_LAB": "1"})
+    assert lab.returncode != 0
+    assert "nightjar.W001" in lab.stderr
