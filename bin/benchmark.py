@@ -392,6 +392,9 @@ def bench_web(rates: list[int], seconds: float) -> None:
             proc = start_gunicorn(port, url)
             try:
                 cookie, token = csrf_pair(port)
+                # Warm up: every gunicorn worker opens its database and RabbitMQ
+                # connections on its first requests; those are not the steady state.
+                asyncio.run(post_at_rate(port, 50, 3, cookie, token))
                 held = 0
                 for rate in rates:
                     latencies, errors = asyncio.run(post_at_rate(port, rate, seconds, cookie, token))

@@ -98,6 +98,10 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# Sessions live in a signed cookie: "Your registrations" needs no database
+# write per registration (the session holds only registration numbers).
+SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
+
 ROOT_URLCONF = "nightjar.urls"
 WSGI_APPLICATION = "nightjar.wsgi.application"
 

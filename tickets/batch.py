@@ -12,7 +12,7 @@ from django.db import transaction
 
 from tickets import services
 from tickets.checkpoints import checkpoint
-from tickets.models import Completion, Registration, Ticket
+from tickets.models import Completion, Ticket
 
 
 def handle_batch(messages, rejections, ack_all, pause=None):
@@ -23,18 +23,13 @@ def handle_batch(messages, rejections, ack_all, pause=None):
     with transaction.atomic():
         for delivery, reason in rejections:
             services.record_rejection(delivery=delivery, reason=reason)
-        ids = sorted({message.registration_id for message in messages})
-        # Lock the registrations (PostgreSQL; SQLite's IMMEDIATE transaction
-        # already serialises writers) so two batches cannot both see "new".
-        list(Registration.objects.select_for_update().filter(pk__in=ids).values_list("pk", flat=True))
-        done = set(Completion.objects.filter(registration_id__in=ids).values_list("registration_id", flat=True))
-        new = {}
-        for message in messages:  # a batch may hold the same registration twice
-            if message.registration_id not in done:
-                new.setdefault(message.registration_id, message)
-        Completion.objects.bulk_create([Completion(registration_id=pk) for pk in new])
+        # INSERT ... ON CONFLICT DO NOTHING RETURNING: only the keys that were
+        # new come back, on SQLite and PostgreSQL alike; a concurrent batch
+        # holding the same key makes this wait, then skip it.
+        new = Completion.objects.insert_new([message.registration_id for message in messages])
         checkpoint(pause, "inside-transaction")
-        Ticket.objects.bulk_create([Ticket(registration_id=pk, name=m.name) for pk, m in new.items()])
+        names = {message.registration_id: message.name for message in messages if message.registration_id in new}
+        Ticket.objects.issue_many(sorted(names.items()))
 
     checkpoint(pause, "after-commit")
     ack_all()

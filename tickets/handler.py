@@ -29,7 +29,7 @@ def handle(message, ack, pause=None):
         is_new = Completion.objects.insert_if_new(registration_id=message.registration_id)
         checkpoint(pause, "inside-transaction")
         if is_new:
-            Ticket.objects.create(registration_id=message.registration_id, name=message.name)
+            Ticket.objects.issue(registration_id=message.registration_id, name=message.name)
 
     # Committed. Only now may RabbitMQ forget the delivery.
     checkpoint(pause, "after-commit")

@@ -51,6 +51,25 @@ class Registration(models.Model):
         return hmac.compare_digest(self.secret.encode(), candidate.encode())
 
 
+class TicketManager(models.Manager):
+    def issue(self, *, registration_id: int, name: str) -> None:
+        """Insert one ticket: the same row as objects.create(), in one plain
+        INSERT (the worker does this for every registration)."""
+        self.issue_many([(registration_id, name)])
+
+    def issue_many(self, tickets: list[tuple[int, str]]) -> None:
+        """Insert tickets for (registration_id, name) pairs in one statement."""
+        if not tickets:
+            return
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        rows = ", ".join(["(%s, %s, %s, %s)"] * len(tickets))
+        params = [value for pk, name in tickets for value in (pk, name, now, new_secret())]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {self.model._meta.db_table} (registration_id, name, issued, secret) VALUES {rows}", params
+            )
+
+
 class Ticket(models.Model):
     """What the worker makes. Deliberately NOT unique per registration: the
     unsafe lab handler must be able to make a duplicate, and repair must be
@@ -60,6 +79,8 @@ class Ticket(models.Model):
     name = models.CharField(max_length=MAX_NAME_LENGTH)
     issued = models.DateTimeField(default=timezone.now)
     secret = models.CharField(max_length=64, default=new_secret, editable=False)
+
+    objects = TicketManager()
 
     class Meta:
         ordering = ["id"]
@@ -87,6 +108,24 @@ class CompletionManager(models.Manager):
                 [registration_id, connection.ops.adapt_datetimefield_value(timezone.now())],
             )
             return cursor.rowcount == 1
+
+    def insert_new(self, registration_ids: list[int]) -> set[int]:
+        """Insert the keys that are not there yet, in one statement; return
+        the IDs that were new. Keys go in ascending order, so two batches that
+        share registrations lock them in the same order (no deadlock)."""
+        ids = sorted(set(registration_ids))
+        if not ids:
+            return set()
+        table = self.model._meta.db_table
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        rows = ", ".join(["(%s, %s)"] * len(ids))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (registration_id, completed) VALUES {rows} "
+                "ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id",
+                [value for pk in ids for value in (pk, now)],
+            )
+            return {row[0] for row in cursor.fetchall()}
 
 
 class Completion(models.Model):

@@ -77,17 +77,14 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
     the first time (a re-sent form); with another name it is refused.
     """
     name = contract.clean_name(name)
-    if submission_key:
-        existing = Registration.objects.filter(submission_key=submission_key).first()
-        if existing is not None:
-            return _same_submission(existing, name)
     try:
         with transaction.atomic():
             registration = Registration.objects.create(name=name, submission_key=submission_key or None)
             transaction.on_commit(lambda: publish_after_commit(registration))
     except IntegrityError:
-        # Two copies of one form raced; the other one won, so return that.
-        existing = Registration.objects.filter(submission_key=submission_key).first()
+        # The key is unique: this form was sent before (a double click, a
+        # browser retry, or two copies racing). Return what the first made.
+        existing = Registration.objects.filter(submission_key=submission_key).first() if submission_key else None
         if existing is None:
             raise
         return _same_submission(existing, name)

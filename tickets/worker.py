@@ -108,6 +108,7 @@ class Worker:
                 decoded[delivery.tag] = contract.decode(delivery.body)
             except contract.ContractError as error:
                 rejections.append((delivery, str(error)))
+        received = []
         ids = {message.registration_id for message in decoded.values()}
         stored = dict(Registration.objects.filter(pk__in=ids).values_list("pk", "name"))
         for delivery in deliveries:
@@ -120,7 +121,9 @@ class Worker:
                 rejections.append((delivery, f"The name does not match the stored registration {message.code}."))
             else:
                 messages.append(message)
-                self.say(f"Received {message.code} redelivered={delivery.redelivered}")
+                received.append(f"Received {message.code} redelivered={delivery.redelivered}")
+        if received:
+            self.say("\n".join(received))  # one write for the batch
         last_tag = max(delivery.tag for delivery in deliveries)
         ack_all = lambda: self.consumer.ack(last_tag, multiple=True, flush=self.flush_acks)  # noqa: E731
         handle_batch(messages, rejections, ack_all, self.pause)

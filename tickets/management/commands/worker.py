@@ -65,8 +65,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["prefetch"] < 1:
             raise CommandError("--prefetch must be at least 1.", returncode=2)
-        if options["batch"] is not None and options["batch"] < 1:
-            raise CommandError("--batch must be at least 1.", returncode=2)
+        if options["batch"] is not None and not 1 <= options["batch"] <= 1000:
+            raise CommandError("--batch must be between 1 and 1000.", returncode=2)
         if options["batch"] and options["handler"] != DEFAULT_HANDLER:
             raise CommandError(
                 "--handler picks the per-delivery handler; batch mode uses tickets/batch.py.", returncode=2
