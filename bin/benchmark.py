@@ -25,7 +25,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -48,14 +47,12 @@ os.environ["NIGHTJAR_LOG_FORMAT"] = "plain"
 
 import django  # noqa: E402
 
+from tests.ports import free_port  # noqa: E402
+
 OWN_NODE = None
 if not os.environ.get("RABBITMQ_URL"):
     OWN_NODE = FOLDER / "rabbitmq"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    while port > 45000:
-        port -= 10000
+    port = free_port(rabbitmq=True)
     url = subprocess.run(
         [str(ROOT / "bin" / "rabbitmq-node"), "start", str(OWN_NODE), str(port)],
         capture_output=True,
@@ -373,12 +370,6 @@ def csrf_pair(port: int) -> tuple[str, str]:
     cookie = response.headers["Set-Cookie"].split("csrftoken=")[1].split(";")[0]
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     return cookie, token
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def bench_web(rates: list[int], seconds: float) -> None:

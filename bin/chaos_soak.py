@@ -19,7 +19,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,25 +30,10 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port < 45000 and all(port_free(port + offset) for offset in (10000, 20000)):
-            return port
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+from tests.ports import free_port  # noqa: E402
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -62,7 +46,7 @@ class Soak:
         self.args = args
         self.folder = Path(tempfile.mkdtemp(prefix="nightjar-chaos-"))
         self.rabbit_dir = self.folder / "rabbitmq"
-        self.rabbit_port = free_port()
+        self.rabbit_port = free_port(rabbitmq=True)
         self.web_port = free_port()
         self.env = {
             **os.environ,

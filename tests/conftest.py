@@ -9,7 +9,6 @@ makes is proven against the real broker.
 import contextlib
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -21,30 +20,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.ports import free_port
 from tickets import broker
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    # The node also listens on port + 10000 (management) and port + 20000
-    # (distribution), so all three must be free.
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port < 45000 and port_is_free(port + 10000) and port_is_free(port + 20000):
-            return port
-    raise RuntimeError("No free pair of ports for the test RabbitMQ node.")
 
 
 class RabbitNode:
@@ -93,7 +72,7 @@ def rabbit(tmp_path_factory) -> RabbitNode:
         yield node
         return
     folder = tmp_path_factory.mktemp("rabbitmq")
-    port = free_port()
+    port = free_port(rabbitmq=True)
     result = subprocess.run(
         [ROOT / "bin" / "rabbitmq-node", "start", str(folder), str(port)],
         capture_output=True,

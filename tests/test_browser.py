@@ -12,7 +12,8 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 from pypdf import PdfReader
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT
+from tests.ports import free_port
 from tickets.models import Registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
