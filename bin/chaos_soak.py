@@ -171,6 +171,7 @@ class Soak:
                 time.sleep(0.2)
             chaos = threading.Thread(target=self.chaos, daemon=True)
             chaos.start()
+            chaos_started = time.monotonic()
 
             names = [f"Chaos Guest {i % 97}" for i in range(n)]  # repeated names: still one ticket each
             clients = [threading.Thread(target=self.post_registrations, args=(names[i::4],)) for i in range(4)]
@@ -186,8 +187,11 @@ class Soak:
             self.broker_restarts += 1
             for client in clients:
                 client.join(max(1, deadline - time.monotonic()))
-            self.say(f"All {self.posted} registrations posted: {self.statuses}; chaos goes on for 3 s more")
-            time.sleep(3)
+            chaos_left = max(3.0, self.args.min_chaos_seconds - (time.monotonic() - chaos_started))
+            self.say(
+                f"All {self.posted} registrations posted: {self.statuses}; chaos goes on for {chaos_left:.0f} s more"
+            )
+            time.sleep(chaos_left)
             self.stop_chaos.set()
             chaos.join()
 
@@ -242,6 +246,12 @@ def main() -> int:
     parser.add_argument("--registrations", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--max-seconds", type=float, default=900, help="Give up after this long (default 900).")
+    parser.add_argument(
+        "--min-chaos-seconds",
+        type=float,
+        default=30,
+        help="Keep killing workers for at least this long, posting or not (default 30).",
+    )
     parser.add_argument("--seed", type=int, default=None, help="Seed for the choice of victims and delays.")
     parser.add_argument("--keep", action="store_true", help="Keep the folder with logs and database.")
     args = parser.parse_args()
