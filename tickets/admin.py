@@ -110,21 +110,15 @@ class RegistrationAdmin(admin.ModelAdmin):
     def code(self, obj):
         return obj.code
 
+    # The annotations come from get_queryset, which the list and the detail page both use.
     @admin.display(description="tickets", ordering="ticket_count")
     def ticket_count(self, obj):
-        return getattr(obj, "ticket_count", None)
+        return obj.ticket_count
 
     @admin.display(description="state")
     def state(self, obj):
-        tickets = getattr(obj, "ticket_count", None)
-        if tickets is None:
-            tickets = obj.tickets.count()
-        completed = getattr(obj, "completed", None)
-        if completed is None:
-            completed = Completion.objects.filter(registration=obj).exists()
-        state = services.describe_state(tickets=tickets, completed=completed)
-        rejected = getattr(obj, "rejected_count", 0)
-        return f"{state}, {rejected} rejected deliveries" if rejected else state
+        state = services.describe_state(tickets=obj.ticket_count, completed=obj.completed)
+        return f"{state}, {obj.rejected_count} rejected deliveries" if obj.rejected_count else state
 
     @admin.action(description="Retry delivery")
     def retry_delivery(self, request, queryset):

@@ -84,10 +84,11 @@ def translated_errors(action: str) -> Iterator[None]:
         raise BrokerError(f"RabbitMQ at {masked_url()} is unavailable ({action}): {detail}") from None
 
 
-def declare(channel) -> None:
+def declare(channel):
+    """Declare both queues; returns the (work, dead) declare-ok methods, which carry their counts."""
     queue = queue_name()
-    channel.queue_declare(dead_letter_queue_name(), durable=True, arguments={"x-queue-type": "quorum"})
-    channel.queue_declare(
+    dead = channel.queue_declare(dead_letter_queue_name(), durable=True, arguments={"x-queue-type": "quorum"})
+    work = channel.queue_declare(
         queue,
         durable=True,
         arguments={
@@ -97,6 +98,7 @@ def declare(channel) -> None:
             "x-dead-letter-routing-key": dead_letter_queue_name(),
         },
     )
+    return work.method, dead.method
 
 
 class Publisher:
@@ -109,15 +111,16 @@ class Publisher:
         self._declared: set[str] = set()
         self._failed_until = 0.0
         self._backoff = PUBLISH_BACKOFF_START
-        self._was_connected = False
 
     def publish(self, body: bytes, *, message_id: str) -> None:
         """Publish persistently and wait for the confirm. Raises BrokerError."""
         with self._lock:
             if time.monotonic() < self._failed_until:
                 raise BrokerError("RabbitMQ was unavailable moments ago; this publish is left for reconcile.")
-            # A reused connection may have died while idle: one reconnect, then give up.
-            for attempt in (1, 2):
+            # A reused connection may have died while idle: one reconnect, then
+            # give up. A fresh connection that fails gets no second try.
+            attempts = 2 if self._connection is not None else 1
+            for attempt in range(1, attempts + 1):
                 try:
                     with translated_errors("publish"):
                         channel = self._open()
@@ -136,13 +139,12 @@ class Publisher:
                     return
                 except BrokerError:
                     self.close()
-                    if attempt == 2 or not self._was_connected:
+                    if attempt == attempts:
                         self._failed_until = time.monotonic() + self._backoff
                         self._backoff = min(self._backoff * 2, PUBLISH_BACKOFF_MAX)
                         raise
 
     def _open(self):
-        self._was_connected = self._connection is not None
         if self._connection is None or self._connection.is_closed:
             self._connection = pika.BlockingConnection(parameters())
             self._channel = self._connection.channel()
@@ -255,17 +257,22 @@ class Consumer:
                 self._connection.close()
 
 
-def queue_counts() -> dict[str, int]:
-    """Ready messages in the work and dead-letter queues, and consumers attached."""
-    with translated_errors("queue status"):
+@contextlib.contextmanager
+def short_channel(action: str):
+    """A channel on a connection of its own, closed afterwards (status, admin, tools)."""
+    with translated_errors(action):
         connection = pika.BlockingConnection(parameters())
         try:
-            channel = connection.channel()
-            declare(channel)
-            work = channel.queue_declare(queue_name(), passive=True).method
-            dead = channel.queue_declare(dead_letter_queue_name(), passive=True).method
+            yield connection.channel()
         finally:
-            connection.close()
+            if connection.is_open:
+                connection.close()
+
+
+def queue_counts() -> dict[str, int]:
+    """Ready messages in the work and dead-letter queues, and consumers attached."""
+    with short_channel("queue status") as channel:
+        work, dead = declare(channel)
     counts = {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
     counts["unacked"], counts["unacked_error"] = unacked_count()
     return counts
@@ -293,17 +300,12 @@ def unacked_count() -> tuple[int | None, str]:
 
 def delete_queues() -> None:
     """Delete the work and dead-letter queues (verify_handler's throwaway ones)."""
-    with translated_errors("delete queues"):
-        connection = pika.BlockingConnection(parameters())
-        try:
-            channel = connection.channel()
-            channel.queue_delete(queue_name())
-            channel.queue_delete(dead_letter_queue_name())
-        finally:
-            connection.close()
+    with short_channel("delete queues") as channel:
+        channel.queue_delete(queue_name())
+        channel.queue_delete(dead_letter_queue_name())
 
 
 def ping() -> None:
     """Open and close a connection: raises BrokerError if RabbitMQ is not there."""
-    with translated_errors("health check"):
-        pika.BlockingConnection(parameters()).close()
+    with short_channel("health check"):
+        pass

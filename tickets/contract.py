@@ -60,6 +60,15 @@ class Message:
         return format_code(self.registration_id)
 
 
+def check_stored(message: Message, stored_name: str | None) -> None:
+    """A valid body is still not a repeat if its registration is unknown
+    (stored_name None) or stored under another name. Raises ContractError."""
+    if stored_name is None:
+        raise ContractError(f"There is no registration {message.code}.")
+    if stored_name != message.name:
+        raise ContractError(f"The name does not match the stored registration {message.code}.")
+
+
 def encode(*, registration_id: int, name: str) -> bytes:
     """Canonical JSON: sorted keys, no spaces, UTF-8. Raises ContractError."""
     body = json.dumps(

@@ -46,6 +46,10 @@ class Registration(models.Model):
     def code(self) -> str:
         return format_code(self.pk)
 
+    def tickets_in_order(self):
+        """Earliest first: the one guests see and the one repair keeps."""
+        return self.tickets.order_by("issued", "id")
+
     def secret_matches(self, candidate: str) -> bool:
         # Constant time, so response timing does not leak the secret.
         return hmac.compare_digest(self.secret.encode(), candidate.encode())
@@ -96,18 +100,10 @@ class Ticket(models.Model):
 class CompletionManager(models.Manager):
     def insert_if_new(self, *, registration_id: int) -> bool:
         """Insert the completion key; True if it was new, False if it was
-        already there. One INSERT ... ON CONFLICT DO NOTHING (SQLite and
-        PostgreSQL alike): a concurrent insert of the same key waits for the
-        other transaction and then does nothing, so two workers can never both
-        see "new"."""
-        table = self.model._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (registration_id, completed) VALUES (%s, %s) "
-                "ON CONFLICT (registration_id) DO NOTHING",
-                [registration_id, connection.ops.adapt_datetimefield_value(timezone.now())],
-            )
-            return cursor.rowcount == 1
+        already there. A concurrent insert of the same key waits for the other
+        transaction and then does nothing, so two workers can never both see
+        "new" (see insert_new)."""
+        return registration_id in self.insert_new([registration_id])
 
     def insert_new(self, registration_ids: list[int]) -> set[int]:
         """Insert the keys that are not there yet, in one statement; return

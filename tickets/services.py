@@ -131,8 +131,11 @@ class RepairPlan:
 
 def plan_repair(*, code: str) -> RepairPlan:
     """What repair would do to a registration's tickets; changes nothing."""
-    registration = find_registration(code=code)
-    tickets = list(registration.tickets.order_by("issued", "id"))
+    return _plan(find_registration(code=code))
+
+
+def _plan(registration: Registration) -> RepairPlan:
+    tickets = list(registration.tickets_in_order())
     if not tickets:
         raise RepairRefused(
             f"{registration.code} has no ticket yet; there is nothing to repair. Run the worker or retry it."
@@ -158,7 +161,7 @@ def repair_registration(*, code: str) -> RepairPlan:
         # Lock the registration so a worker cannot add a ticket mid-repair.
         registration = find_registration(code=code)
         Registration.objects.select_for_update().filter(pk=registration.pk).exists()
-        plan = plan_repair(code=code)
+        plan = _plan(registration)
         Ticket.objects.filter(pk__in=[ticket.pk for ticket in plan.delete]).delete()
         Completion.objects.get_or_create(registration=plan.registration)
         plan.applied = True

@@ -113,7 +113,7 @@ def registration_list(request):
 @require_GET
 def registration_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
-    ticket = registration.tickets.order_by("issued", "id").first()
+    ticket = registration.tickets_in_order().first()
     return render(request, "tickets/registration.html", {"registration": registration, "ticket": ticket})
 
 
@@ -130,7 +130,7 @@ def registration_status(request, code: str, secret: str):
 @require_GET
 def ticket_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
-    ticket = registration.tickets.order_by("issued", "id").first()
+    ticket = registration.tickets_in_order().first()
     if ticket is None:
         messages.info(request, "Your ticket is being prepared.")
         return redirect(registration_url(registration))
@@ -140,7 +140,7 @@ def ticket_detail(request, code: str, secret: str):
 @require_GET
 def ticket_download(request, code: str, secret: str):
     registration = guest_registration(code, secret)
-    ticket = registration.tickets.order_by("issued", "id").first()
+    ticket = registration.tickets_in_order().first()
     if ticket is None:
         raise Http404("The ticket is not ready yet.")
     response = HttpResponse(pdf.render(ticket), content_type="application/pdf")

@@ -115,13 +115,13 @@ class Worker:
             message = decoded.get(delivery.tag)
             if message is None:
                 continue
-            if message.registration_id not in stored:
-                rejections.append((delivery, f"There is no registration {message.code}."))
-            elif stored[message.registration_id] != message.name:
-                rejections.append((delivery, f"The name does not match the stored registration {message.code}."))
-            else:
-                messages.append(message)
-                received.append(f"Received {message.code} redelivered={delivery.redelivered}")
+            try:
+                contract.check_stored(message, stored.get(message.registration_id))
+            except contract.ContractError as error:
+                rejections.append((delivery, str(error)))
+                continue
+            messages.append(message)
+            received.append(f"Received {message.code} redelivered={delivery.redelivered}")
         if received:
             self.say("\n".join(received))  # one write for the batch
         last_tag = max(delivery.tag for delivery in deliveries)
@@ -151,11 +151,7 @@ class Worker:
         """The contract, then the stored registration: a body that names an
         unknown registration or another name is not a repeat of anything."""
         message = contract.decode(delivery.body)
-        stored = Registration.objects.stored_name(message.registration_id)
-        if stored is None:
-            raise contract.ContractError(f"There is no registration {message.code}.")
-        if stored != message.name:
-            raise contract.ContractError(f"The name does not match the stored registration {message.code}.")
+        contract.check_stored(message, Registration.objects.stored_name(message.registration_id))
         return message
 
     def reject(self, delivery: broker.Delivery, reason: str) -> None:
