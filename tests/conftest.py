@@ -213,6 +213,15 @@ class Process:
         return status, "\n".join(self.lines)
 
 
+def publish_raw(bodies: list[bytes]) -> None:
+    """Publish bodies exactly as given (no contract), as a hostile client would."""
+    with broker.short_channel("test publish") as channel:
+        broker.declare(channel)
+        channel.confirm_delivery()
+        for body in bodies:
+            channel.basic_publish(exchange="", routing_key=broker.queue_name(), body=body)
+
+
 @pytest.fixture
 def workers(worker_env):
     pool = Workers(worker_env)

@@ -24,8 +24,27 @@ def post(client, name: str):
         ("Ada\nLovelace", "cannot contain control characters"),
         ("Ada\x00", "Null characters are not allowed."),
         ("Bell\x07", "cannot contain control characters"),
+        ("\u200b\u200b", "cannot contain invisible formatting characters"),
+        ("\u3164", "must contain at least one visible letter or digit"),
+        ("\u2800\u2800", "must contain at least one visible letter or digit"),
+        ("\u0301", "must contain at least one visible letter or digit"),
+        ("\u00ad", "cannot contain invisible formatting characters"),
+        ("\u202eletaP aniM", "cannot contain text-direction control characters"),
     ],
-    ids=["empty", "whitespace", "too-long", "newline", "nul", "bell"],
+    ids=[
+        "empty",
+        "whitespace",
+        "too-long",
+        "newline",
+        "nul",
+        "bell",
+        "zwsp",
+        "filler",
+        "braille",
+        "mark",
+        "shy",
+        "rlo",
+    ],
 )
 def test_bad_names_re_render_the_form_with_the_error_and_store_nothing(client, name, error):
     response = post(client, name)
@@ -38,9 +57,21 @@ def test_bad_names_re_render_the_form_with_the_error_and_store_nothing(client, n
 
 
 def test_a_name_of_exactly_100_characters_and_any_script_is_fine(client):
-    for name in ("x" * 100, "Zoë Ñúñez", "Светлана", "王小明"):
+    # 100 x U+0958 is 200 code points once NFC-normalised: the guest typed 100.
+    for name in ("x" * 100, "Zoë Ñúñez", "Светлана", "王小明", "\u0958" * 100, "👩\u200d🔬 Ada"):
         assert post(client, name).status_code == 302
-    assert Registration.objects.count() == 4
+    assert Registration.objects.count() == 6
+    assert Registration.objects.get(name__startswith="\u0915").name == "\u0915\u093c" * 100
+
+
+@pytest.mark.parametrize("key", ["k" * 65, "no spaces", "<script>", "ключ", "a\x00b"])
+def test_a_tampered_submission_key_shows_an_error_and_stores_nothing(client, key):
+    response = client.post("/evening/", {"name": "Careful Guest", "submission_key": key})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "This form was changed on its way here, so nothing was registered." in page
+    assert 'value="Careful Guest"' in page  # what the guest typed is kept
+    assert not Registration.objects.exists()
 
 
 def test_rabbitmq_stopped_during_registration_still_stores_it(client, rabbit, caplog):

@@ -1,6 +1,7 @@
 """The message contract, function by function (no broker needed)."""
 
 import json
+import re
 
 import pytest
 
@@ -45,3 +46,79 @@ def test_codes_round_trip_and_only_the_canonical_spelling_parses():
     for bad in ("R-7", "r-0007", "R-0007x", "", "R-00007"):
         with pytest.raises(contract.ContractError):
             contract.parse_code(bad)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"[" * 2000 + b"]" * 2000, "could not be read as JSON"),
+        (b'{"id":"R-0002","id":"R-0003","name":"A","v":1}', "repeats a key"),
+        (b'{"id":"R-0002","name":"A","v":NaN}', "NaN is not a JSON number"),
+        (b'{"id":"R-0002","name":"A","v":' + b"9" * 5000 + b"}", "the limit is 4096"),
+        (b'{"id":"R-0002","name":"A","v":' + b"9" * 4000 + b"}", "a 4000-digit number"),
+        (b'{"id":"R-0002","name":"A","v":' + b"9" * 100 + b"}", "a 100-digit number"),
+        (b'{"id":"R-0002","name":"\\ud800","v":1}', "control characters"),
+    ],
+)
+def test_decode_is_total_on_hostile_bodies(body, reason):
+    with pytest.raises(contract.ContractError, match=reason):
+        contract.decode(body)
+
+
+def test_claimed_id_never_raises():
+    assert contract.claimed_id(b'{"id":"R-0042","name":"\\ud800"}') == 42
+    for body in (b"[" * 3000, b"\xff", b'{"id":"R-42"}', b"[]", b'{"id":' + b"[" * 2000 + b"}"):
+        assert contract.claimed_id(body) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"a\x00b", "a\x00b", "\ud800 lone", b"\xed\xa0\x80", b"\xff" * 100, "é" * 50, ("\U0001f600" * 3000)],
+)
+def test_storable_text_has_no_nul_no_surrogate_and_fits(value):
+    text = contract.storable_text(value, max_bytes=200)
+    assert "\x00" not in text
+    assert len(text.encode("utf-8")) <= 200  # encodes: no lone surrogate left
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("\u200b", "invisible formatting characters"),
+        ("\ufeff", "invisible formatting characters"),
+        ("Mina\u00adPatel", "invisible formatting characters"),
+        ("\u3164", "visible letter or digit"),
+        ("\u2800", "visible letter or digit"),
+        ("\u0301", "visible letter or digit"),
+        ("\u3164\u3164 \u2800", "visible letter or digit"),
+        ("\u202eletaP aniM", "text-direction control characters"),
+        ("Mina\u2066Patel", "text-direction control characters"),
+        ("Mina\u200fPatel", "text-direction control characters"),
+        ("-- !!", "visible letter or digit"),
+        ("\u0958" * 101, "at most 100 characters (this one has 101)"),
+        ("a" + "\u0301" * 400, "at most 100 characters"),
+    ],
+)
+def test_names_without_a_visible_letter_or_with_hidden_controls_are_refused(name, reason):
+    with pytest.raises(contract.ContractError, match=re.escape(reason)):
+        contract.clean_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "\u0958" * 60,
+        "e\u0301" * 100,
+        "क्षत्रिय",
+        "محمد\u200cعلی",
+        "👩\u200d🔬 Ada",
+        "李小龍",
+        "O'Brien-Smith",
+        "R2D2",
+        "7",
+    ],
+)
+def test_names_count_characters_as_typed_and_keep_joiners(name):
+    stored = contract.clean_name(name)
+    assert contract.name_length(stored) <= contract.MAX_NAME_LENGTH
+    assert len(stored) <= contract.MAX_NAME_CODE_POINTS

@@ -122,7 +122,7 @@ def test_serve_hands_back_a_delivery_that_hits_a_database_error(mode, workers):
     break_tickets_table()
     try:
         worker = workers.start("--serve", *mode)
-        worker.wait_for("handing them back to RabbitMQ unacked")
+        worker.wait_for("back to RabbitMQ unacked")
         worker.wait_for(f"Received {registration.code} redelivered=True")
         assert Completion.objects.count() == 0  # rolled back each time
     finally:

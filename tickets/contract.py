@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 VERSION = 1
 MAX_NAME_LENGTH = 100
+# NFC can make a name up to three times longer in code points; the columns hold that.
+MAX_NAME_CODE_POINTS = 3 * MAX_NAME_LENGTH
 MAX_BODY_BYTES = 4096
 KEYS = frozenset({"v", "id", "name"})
 CODE_PATTERN = re.compile(r"R-(\d{4,12})")
@@ -34,6 +36,22 @@ def parse_code(code: str) -> int:
     return int(match.group(1))
 
 
+# Bidi controls reorder what is shown: "Mina Patel" could display reversed.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Format characters a name may need: joiners inside scripts and emoji, and the
+# tag characters of subdivision flags. Every other one is invisible (U+200B,
+# U+FEFF, the soft hyphen, the word joiner...) and refused.
+ALLOWED_FORMAT = frozenset("\u200c\u200d") | frozenset(map(chr, range(0xE0020, 0xE0080)))
+# Letters that draw nothing: the Hangul fillers (category Lo, yet blank).
+BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+
+
+def name_length(name: str) -> int:
+    """Characters as a guest counts them: combining marks belong to their
+    letter, so NFC's expansion (U+0958 -> U+0915 U+093C) does not count twice."""
+    return sum(1 for ch in name if not unicodedata.category(ch).startswith("M"))
+
+
 def clean_name(value: str) -> str:
     """Return the guest name as it is stored, or raise ContractError saying why not."""
     if not isinstance(value, str):
@@ -41,12 +59,20 @@ def clean_name(value: str) -> str:
     name = unicodedata.normalize("NFC", value).strip()
     if not name:
         raise ContractError("Please enter the guest name.")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ContractError(f"The guest name can be at most {MAX_NAME_LENGTH} characters (this one has {len(name)}).")
+    length = name_length(name)
+    if length > MAX_NAME_LENGTH or len(name) > MAX_NAME_CODE_POINTS:
+        raise ContractError(f"The guest name can be at most {MAX_NAME_LENGTH} characters (this one has {length}).")
+    categories = [unicodedata.category(ch) for ch in name]
     # Control characters (tabs, line breaks, NUL, escape sequences), unpaired
     # surrogates and line/paragraph separators would garble tickets and logs.
-    if any(unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") for ch in name):
+    if any(category in ("Cc", "Cs", "Zl", "Zp") for category in categories):
         raise ContractError("The guest name cannot contain control characters such as tabs or line breaks.")
+    if any(ch in BIDI_CONTROLS for ch in name):
+        raise ContractError("The guest name cannot contain text-direction control characters.")
+    if any(category == "Cf" and ch not in ALLOWED_FORMAT for ch, category in zip(name, categories, strict=True)):
+        raise ContractError("The guest name cannot contain invisible formatting characters such as zero-width spaces.")
+    if not any(category[0] in "LN" and ch not in BLANK_LETTERS for ch, category in zip(name, categories, strict=True)):
+        raise ContractError("The guest name must contain at least one visible letter or digit.")
     return name
 
 
@@ -82,24 +108,58 @@ def encode(*, registration_id: int, name: str) -> bytes:
     return body
 
 
-def decode(body: bytes) -> Message:
-    """Validate a delivery body and return its Message, or raise ContractError."""
-    if len(body) > MAX_BODY_BYTES:
-        raise ContractError(f"The body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}.")
+def _reject_duplicate_keys(pairs):
+    keys = [key for key, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ContractError("The body repeats a key.")
+    return dict(pairs)
+
+
+def _refuse_constant(name):
+    raise ContractError(f"The body is not valid JSON ({name} is not a JSON number).")
+
+
+def _load(body: bytes):
+    """Parse JSON strictly (no NaN, no repeated keys). Raises ContractError,
+    whatever the bytes: a decoder that fails in another way (RecursionError on
+    deep nesting, say) must not turn a poison body into a failing delivery."""
     try:
-        data = json.loads(body.decode("utf-8"))
+        return json.loads(
+            body.decode("utf-8"), object_pairs_hook=_reject_duplicate_keys, parse_constant=_refuse_constant
+        )
+    except ContractError:
+        raise
     except UnicodeDecodeError:
         raise ContractError("The body is not UTF-8 text.") from None
     except ValueError as error:
         raise ContractError(f"The body is not valid JSON ({error}).") from None
+    except Exception as error:
+        raise ContractError(f"The body could not be read as JSON ({type(error).__name__}).") from None
+
+
+def decode(body: bytes) -> Message:
+    """Validate a delivery body and return its Message, or raise ContractError.
+    Total: any other exception would make a poison body look like a failure."""
+    try:
+        return _decode(bytes(body))
+    except ContractError:
+        raise
+    except Exception as error:
+        raise ContractError(f"The body could not be checked ({type(error).__name__}).") from None
+
+
+def _decode(body: bytes) -> Message:
+    if len(body) > MAX_BODY_BYTES:
+        raise ContractError(f"The body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}.")
+    data = _load(body)
     if not isinstance(data, dict):
         raise ContractError("The body must be a JSON object.")
     if set(data) != KEYS:
         missing = ", ".join(sorted(KEYS - set(data))) or "none"
-        unknown = ", ".join(sorted(str(key) for key in set(data) - KEYS)) or "none"
+        unknown = ", ".join(sorted(repr(key)[1:-1] for key in set(data) - KEYS)) or "none"
         raise ContractError(f"The keys must be exactly id, name and v (missing: {missing}; unknown: {unknown}).")
     if data["v"] != VERSION or isinstance(data["v"], bool):
-        raise ContractError(f"Unsupported message version {data['v']!r}; this worker reads version {VERSION}.")
+        raise ContractError(f"Unsupported message version {_shown(data['v'])}; this worker reads version {VERSION}.")
     if not isinstance(data["id"], str):
         raise ContractError("The id must be a string like R-0002.")
     registration_id = parse_code(data["id"])
@@ -107,3 +167,34 @@ def decode(body: bytes) -> Message:
     if name != data["name"]:
         raise ContractError("The name is not in its stored form (surrounding spaces or unnormalised text).")
     return Message(registration_id=registration_id, name=name)
+
+
+def _shown(value, limit: int = 40) -> str:
+    """A short printable rendering of a hostile value for a reason sentence."""
+    text = (
+        repr(value)
+        if not isinstance(value, int) or abs(value) < 10**limit
+        else f"a {len(str(abs(value)))}-digit number"
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def claimed_id(body: bytes) -> int | None:
+    """The registration ID a body names, if it names one in canonical form,
+    however broken the rest is. Never raises."""
+    if len(body) > MAX_BODY_BYTES:
+        return None
+    try:
+        data = _load(body)
+        return parse_code(data.get("id")) if isinstance(data, dict) else None
+    except Exception:
+        return None
+
+
+def storable_text(value: str | bytes, *, max_bytes: int) -> str:
+    """Text every database stores, at most max_bytes of UTF-8: invalid UTF-8
+    becomes U+FFFD, lone surrogates and NUL (which PostgreSQL's text refuses)
+    become visible escapes."""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return text.encode()[:max_bytes].decode("utf-8", "ignore")

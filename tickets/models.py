@@ -6,7 +6,7 @@ import secrets
 from django.db import connection, models
 from django.utils import timezone
 
-from tickets.contract import MAX_NAME_LENGTH, format_code
+from tickets.contract import MAX_NAME_CODE_POINTS, format_code
 
 
 def new_secret() -> str:
@@ -27,7 +27,7 @@ class RegistrationManager(models.Manager):
 class Registration(models.Model):
     """The durable intent: a guest asked for a ticket. Written by the web request."""
 
-    name = models.CharField(max_length=MAX_NAME_LENGTH)
+    name = models.CharField(max_length=MAX_NAME_CODE_POINTS)
     # reconcile walks pending registrations oldest first.
     created = models.DateTimeField(default=timezone.now, db_index=True)
     secret = models.CharField(max_length=64, default=new_secret, editable=False)
@@ -80,7 +80,7 @@ class Ticket(models.Model):
     able to remove it. The Completion key is what keeps the safe path to one."""
 
     registration = models.ForeignKey(Registration, on_delete=models.PROTECT, related_name="tickets")
-    name = models.CharField(max_length=MAX_NAME_LENGTH)
+    name = models.CharField(max_length=MAX_NAME_CODE_POINTS)
     issued = models.DateTimeField(default=timezone.now)
     secret = models.CharField(max_length=64, default=new_secret, editable=False)
 

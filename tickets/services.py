@@ -5,9 +5,7 @@ sentence a person understands), then changes rows in one atomic block, and
 publishes only after the commit.
 """
 
-import contextlib
 import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -259,32 +257,25 @@ def delivery_status() -> DeliveryStatus:
 
 
 def record_rejection(*, delivery: broker.Delivery, reason: str) -> RejectedMessage | None:
-    """Record a delivery that broke the contract. A redelivery of a body that
-    is already recorded is not recorded again (returns None)."""
+    """Record a delivery that broke the contract. Total: whatever the bytes,
+    the row is storable (excerpt and message id escaped, size and hash of the
+    raw body kept). A redelivery of a body that is already recorded is not
+    recorded again (returns None)."""
     digest = hashlib.sha256(delivery.body).hexdigest()
     if delivery.redelivered and RejectedMessage.objects.filter(body_sha256=digest).exists():
         return None
-    registration = None
-    with contextlib.suppress(contract.ContractError):
-        registration = Registration.objects.filter(pk=_id_in(delivery.body)).first()
+    claimed = contract.claimed_id(delivery.body)
     return RejectedMessage.objects.create(
-        reason=reason[: RejectedMessage.MAX_REASON],
-        body_excerpt=delivery.body[: RejectedMessage.MAX_EXCERPT].decode("utf-8", errors="replace"),
+        reason=contract.storable_text(reason, max_bytes=4 * RejectedMessage.MAX_REASON)[: RejectedMessage.MAX_REASON],
+        body_excerpt=contract.storable_text(
+            delivery.body[: RejectedMessage.MAX_EXCERPT], max_bytes=RejectedMessage.MAX_EXCERPT
+        ),
         body_sha256=digest,
         body_size=len(delivery.body),
-        registration=registration,
-        message_id=delivery.message_id[:200],
+        registration=Registration.objects.filter(pk=claimed).first() if claimed else None,
+        message_id=contract.storable_text(delivery.message_id, max_bytes=200)[:200],
         redelivered=delivery.redelivered,
     )
-
-
-def _id_in(body: bytes) -> int:
-    """The registration ID a (possibly invalid) body names, if it names one."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise contract.ContractError("not JSON") from None
-    return contract.parse_code(data.get("id") if isinstance(data, dict) else None)
 
 
 def seed_demo() -> tuple[Registration, bool]:

@@ -52,6 +52,7 @@ class Worker:
         self.shutdown = False
         self.handled = 0
         self.rejected = 0
+        self.failed = 0
 
     def say(self, line: str) -> None:
         # Flushed at once: learners and tests read these lines as they happen.
@@ -69,16 +70,15 @@ class Worker:
             self.consumer = None
 
     def take_one(self) -> bool:
-        """Process one ready delivery (one batch in batch mode); False when nothing was ready."""
-        if self.batch:
-            deliveries = self.collect_batch()
-            if deliveries:
-                self.process_batch(deliveries)
-            return bool(deliveries)
-        delivery = self.consumer.get()
-        if delivery is None:
+        """Process one ready delivery (one batch in batch mode); False when
+        nothing was ready. Raises the first error, after the rest of a batch
+        was handled one by one (the failed deliveries stay unacked)."""
+        work = self.collect_batch() if self.batch else self.consumer.get()
+        if not work:
             return False
-        self.process(delivery)
+        failed = self.try_process(work)
+        if failed:
+            raise failed[0][1]
         return True
 
     def collect_batch(self, *, first_wait: float = 1.0) -> list[broker.Delivery]:
@@ -212,19 +212,34 @@ class Worker:
             yield self.collect_batch(first_wait=0.5)
 
     def process_or_hand_back(self, work: broker.Delivery | list[broker.Delivery]) -> None:
-        batch = work if isinstance(work, list) else [work]
+        """Service mode: what failed is handed back unacked after a pause, so
+        a worker facing a locked database does not spin through redeliveries."""
+        failed = self.try_process(work)
+        if failed:
+            self.sleep(RETRY_PAUSE, keepalive=True)
+            for delivery, _ in failed:
+                self.consumer.requeue(delivery.tag)
+
+    def try_process(self, work: broker.Delivery | list[broker.Delivery]) -> list[tuple[broker.Delivery, Exception]]:
+        """Process a delivery or a batch; return what failed, with its error.
+        A failed batch is retried one delivery at a time, so one bad delivery
+        never takes its neighbours down with it. Broker errors propagate."""
         try:
             if isinstance(work, list):
                 self.process_batch(work)
             else:
                 self.process(work)
+            return []
         except broker.BrokerError:
             raise
-        except Exception:
-            logger.exception("%d deliveries failed; handing them back to RabbitMQ unacked", len(batch))
-            self.sleep(RETRY_PAUSE, keepalive=True)
-            for delivery in batch:
-                self.consumer.requeue(delivery.tag)
+        except Exception as error:
+            if isinstance(work, list) and len(work) > 1:
+                logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
+                return [failure for delivery in work for failure in self.try_process(delivery)]
+            delivery = work[0] if isinstance(work, list) else work
+            logger.exception("A delivery failed; handing it back to RabbitMQ unacked")
+            self.failed += 1
+            return [(delivery, error)]
 
     def reconcile(self) -> None:
         try:
