@@ -35,6 +35,19 @@ def envint(name: str, default: int, *, minimum: int = 0) -> int:
     return number
 
 
+def envfloat(name: str, default: float, *, minimum: float = 0) -> float:
+    value = os.environ.get(name, "").strip()
+    if value == "":
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number of seconds, not {value!r}.") from None
+    if not number >= minimum or number == float("inf"):
+        raise ImproperlyConfigured(f"{name} must be a finite number of at least {minimum:g}, not {value}.")
+    return number
+
+
 def envlist(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
@@ -76,6 +89,9 @@ NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE", "nightjar.registrations")
 # After this many failed deliveries RabbitMQ dead-letters a message instead of
 # redelivering it forever (quorum queue x-delivery-limit).
 NIGHTJAR_DELIVERY_LIMIT = envint("NIGHTJAR_DELIVERY_LIMIT", 20, minimum=1)
+# The longest a web request, a command or a health check waits on the broker
+# for one publish or one look: past it the registration is left for reconcile.
+NIGHTJAR_BROKER_TIMEOUT = envfloat("NIGHTJAR_BROKER_TIMEOUT", 1.0, minimum=0.05)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -25,13 +26,18 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
-# Short defaults so a dead or blocked broker fails a request fast; each can
-# still be set in RABBITMQ_URL's query string (?socket_timeout=5).
+# Short defaults so a dead, frozen or blocked broker is noticed; each can
+# still be set in RABBITMQ_URL's query string (?socket_timeout=5). They bound
+# the background work; what a caller waits is bounded by
+# NIGHTJAR_BROKER_TIMEOUT (see Publisher and within()). The heartbeat is what
+# notices a broker that froze, or a link that was cut, under an open
+# connection (it fails between one and two intervals later).
 URL_DEFAULTS = {
     "connection_attempts": 1,
     "socket_timeout": 2.0,
     "stack_timeout": 5.0,
     "blocked_connection_timeout": 5.0,
+    "heartbeat": 10,
 }
 # After a failed publish, further publishes fail at once for this long (then
 # twice as long, up to the maximum): a down broker costs no per-request wait.
@@ -70,18 +76,54 @@ def parameters() -> pika.URLParameters:
     return params
 
 
+def _is_broker_failure(error: Exception) -> bool:
+    """pika's own exceptions (several families, some not AMQPError, such as
+    AMQPConnectorStackTimeout) and socket errors: everything that means the
+    broker or the link failed, not a bug of ours."""
+    return isinstance(error, OSError | EOFError) or type(error).__module__.startswith("pika.")
+
+
 @contextlib.contextmanager
 def translated_errors(action: str) -> Iterator[None]:
-    """Turn pika's exceptions into BrokerError with a sentence a person understands."""
+    """Turn every pika and socket exception into BrokerError with a sentence a person understands."""
     try:
         yield
+    except BrokerError:
+        raise
     except pika.exceptions.UnroutableError:
         raise BrokerError(f"RabbitMQ could not route the message ({action}): is the queue there?") from None
     except pika.exceptions.NackError:
         raise BrokerError(f"RabbitMQ refused the message ({action}).") from None
-    except (pika.exceptions.AMQPError, OSError) as error:
+    except Exception as error:
+        if not _is_broker_failure(error):
+            raise
         detail = str(error) or type(error).__name__
         raise BrokerError(f"RabbitMQ at {masked_url()} is unavailable ({action}): {detail}") from None
+
+
+def within(seconds: float, action: str, function, *args, **kwargs):
+    """Run function in a thread of its own and return its result, or raise
+    BrokerError once `seconds` pass. pika's blocking calls have no deadline of
+    their own (a frozen broker or a queue without quorum keeps them waiting),
+    so a caller that must answer in time waits here instead; the thread is
+    left to finish or fail on its own."""
+    outcome: dict = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            outcome["value"] = function(*args, **kwargs)
+        except BaseException as error:  # handed to the caller, whatever it is
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"nightjar-broker-{action}", daemon=True).start()
+    if not done.wait(seconds):
+        raise BrokerError(f"RabbitMQ at {masked_url()} did not answer within {seconds:g} s ({action}).")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def declare(channel):
@@ -101,73 +143,161 @@ def declare(channel):
     return work.method, dead.method
 
 
+class _Publication:
+    """One publish handed to the publisher thread, and its outcome."""
+
+    def __init__(self, body: bytes, message_id: str) -> None:
+        self.body = body
+        self.message_id = message_id
+        self.error: BrokerError | None = None
+        self.done = threading.Event()
+
+
+class _PublisherThread(threading.Thread):
+    """Owns one confirmed connection and publishes what it is handed, one at
+    a time. Only this thread touches the connection (pika is not thread-safe)."""
+
+    def __init__(self, on_finished) -> None:
+        super().__init__(name="nightjar-publisher", daemon=True)
+        self.jobs: queue.SimpleQueue[_Publication | None] = queue.SimpleQueue()
+        self.on_finished = on_finished
+        self.connection = None
+        self.channel = None
+        self.declared: set[str] = set()
+        # Set by RabbitMQ's connection.blocked (a memory or disk alarm): publishes
+        # fail at once instead of waiting for blocked_connection_timeout.
+        self.blocked = False
+
+    def run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                self.publish(job)
+            except BrokerError as error:
+                job.error = error
+            except Exception as error:  # never let the thread die: the caller must hear back
+                logger.exception("The publisher thread failed")
+                job.error = BrokerError(f"Publishing failed unexpectedly: {error}")
+            finally:
+                self.on_finished(job)
+                job.done.set()
+        self.close()
+
+    def publish(self, job: _Publication) -> None:
+        # A reused connection may have died while idle: one reconnect, then
+        # give up. A fresh connection that fails gets no second try.
+        attempts = 2 if self.connection is not None else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                with translated_errors("publish"):
+                    channel = self.open()
+                    if self.blocked:
+                        raise BrokerError("RabbitMQ is blocking publishers (a resource alarm); left for reconcile.")
+                    channel.basic_publish(
+                        exchange="",
+                        routing_key=queue_name(),
+                        body=job.body,
+                        properties=pika.BasicProperties(
+                            delivery_mode=pika.DeliveryMode.Persistent,
+                            content_type="application/json",
+                            message_id=job.message_id,
+                        ),
+                        mandatory=True,
+                    )
+                return
+            except BrokerError:
+                # Blocked: keep the connection, it will hear connection.unblocked.
+                # Anything else (a nack too) gets a fresh connection next time.
+                if not self.blocked:
+                    self.close()
+                if attempt == attempts or self.blocked:
+                    raise
+
+    def open(self):
+        if self.connection is None or self.connection.is_closed:
+            self.connection = pika.BlockingConnection(parameters())
+            self.blocked = False
+            self.connection.add_on_connection_blocked_callback(lambda *_: setattr(self, "blocked", True))
+            self.connection.add_on_connection_unblocked_callback(lambda *_: setattr(self, "blocked", False))
+            self.channel = self.connection.channel()
+            self.channel.confirm_delivery()
+            self.declared = set()
+        else:
+            # Services heartbeats, notices a connection the broker closed, and
+            # runs the blocked/unblocked callbacks.
+            self.connection.process_data_events(0)
+        if queue_name() not in self.declared and not self.blocked:
+            declare(self.channel)
+            self.declared.add(queue_name())
+        return self.channel
+
+    def close(self) -> None:
+        connection, self.connection, self.channel = self.connection, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+
 class Publisher:
-    """One reused, confirmed connection per process (web worker or command)."""
+    """One reused, confirmed connection per process (web worker or command),
+    driven by a thread of its own so that a caller waits at most
+    NIGHTJAR_BROKER_TIMEOUT, whatever the broker does: down, frozen, blocked by
+    an alarm, or a queue without quorum. A publish the deadline gave up on may
+    still be confirmed later; the worker makes such a repeat harmless."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._connection = None
-        self._channel = None
-        self._declared: set[str] = set()
+        self._thread: _PublisherThread | None = None
+        self._current: _Publication | None = None
         self._failed_until = 0.0
         self._backoff = PUBLISH_BACKOFF_START
 
     def publish(self, body: bytes, *, message_id: str) -> None:
         """Publish persistently and wait for the confirm. Raises BrokerError."""
-        with self._lock:
+        timeout = settings.NIGHTJAR_BROKER_TIMEOUT
+        deadline = time.monotonic() + timeout
+        if not self._lock.acquire(timeout=timeout):
+            raise BrokerError("Another publish is still waiting for RabbitMQ; this one is left for reconcile.")
+        try:
             if time.monotonic() < self._failed_until:
                 raise BrokerError("RabbitMQ was unavailable moments ago; this publish is left for reconcile.")
-            # A reused connection may have died while idle: one reconnect, then
-            # give up. A fresh connection that fails gets no second try.
-            attempts = 2 if self._connection is not None else 1
-            for attempt in range(1, attempts + 1):
-                try:
-                    with translated_errors("publish"):
-                        channel = self._open()
-                        channel.basic_publish(
-                            exchange="",
-                            routing_key=queue_name(),
-                            body=body,
-                            properties=pika.BasicProperties(
-                                delivery_mode=pika.DeliveryMode.Persistent,
-                                content_type="application/json",
-                                message_id=message_id,
-                            ),
-                            mandatory=True,
-                        )
-                    self._backoff = PUBLISH_BACKOFF_START
-                    return
-                except BrokerError:
-                    self.close()
-                    if attempt == attempts:
-                        self._failed_until = time.monotonic() + self._backoff
-                        self._backoff = min(self._backoff * 2, PUBLISH_BACKOFF_MAX)
-                        raise
+            if self._current is not None:
+                # The thread is still waiting on a publish an earlier caller gave up on.
+                raise BrokerError("RabbitMQ has not answered an earlier publish yet; this one is left for reconcile.")
+            job = self._current = _Publication(body, message_id)
+            if self._thread is None:
+                self._thread = _PublisherThread(self._finished)
+                self._thread.start()
+            self._thread.jobs.put(job)
+            if not job.done.wait(max(deadline - time.monotonic(), 0)):
+                self._note_failure()
+                raise BrokerError(
+                    f"RabbitMQ at {masked_url()} did not confirm within {timeout:g} s; left for reconcile."
+                )
+            if job.error is not None:
+                self._note_failure()
+                raise job.error
+            self._backoff = PUBLISH_BACKOFF_START
+        finally:
+            self._lock.release()
 
-    def _open(self):
-        if self._connection is None or self._connection.is_closed:
-            self._connection = pika.BlockingConnection(parameters())
-            self._channel = self._connection.channel()
-            self._channel.confirm_delivery()
-            self._declared = set()
-        else:
-            # Services heartbeats and notices a connection the broker closed.
-            self._connection.process_data_events(0)
-        if queue_name() not in self._declared:
-            declare(self._channel)
-            self._declared.add(queue_name())
-        return self._channel
+    def _finished(self, job: _Publication) -> None:
+        if self._current is job:
+            self._current = None
 
-    def close(self) -> None:
-        connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
-            with contextlib.suppress(Exception):
-                connection.close()
+    def _note_failure(self) -> None:
+        # After a failure, further publishes fail at once for a while: a broker
+        # that is down costs no per-request wait.
+        self._failed_until = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, PUBLISH_BACKOFF_MAX)
 
     def reset(self) -> None:
-        """Forget the connection and any backoff (tests, and after a fork)."""
+        """Forget the connection and any backoff (tests, and after a fork).
+        A thread still stuck on the old connection ends when that does."""
         with self._lock:
-            self.close()
+            if self._thread is not None:
+                self._thread.jobs.put(None)
+            self._thread = None
+            self._current = None
             self._failed_until = 0.0
             self._backoff = PUBLISH_BACKOFF_START
 
@@ -270,9 +400,14 @@ def short_channel(action: str):
 
 
 def queue_counts() -> dict[str, int]:
-    """Ready messages in the work and dead-letter queues, and consumers attached."""
-    with short_channel("queue status") as channel:
-        work, dead = declare(channel)
+    """Ready messages in the work and dead-letter queues, and consumers
+    attached; waits at most NIGHTJAR_BROKER_TIMEOUT (plus the management API's)."""
+
+    def count():
+        with short_channel("queue status") as channel:
+            return declare(channel)
+
+    work, dead = within(settings.NIGHTJAR_BROKER_TIMEOUT, "queue status", count)
     counts = {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
     counts["unacked"], counts["unacked_error"] = unacked_count()
     return counts
@@ -291,7 +426,8 @@ def unacked_count() -> tuple[int | None, str]:
     user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     try:
-        with urlopen(Request(url, headers={"Authorization": f"Basic {token}"}), timeout=2) as response:
+        request = Request(url, headers={"Authorization": f"Basic {token}"})
+        with urlopen(request, timeout=settings.NIGHTJAR_BROKER_TIMEOUT) as response:
             data = json.load(response)
     except (OSError, ValueError) as error:
         return None, f"management API unreachable: {error}"
@@ -306,6 +442,11 @@ def delete_queues() -> None:
 
 
 def ping() -> None:
-    """Open and close a connection: raises BrokerError if RabbitMQ is not there."""
-    with short_channel("health check"):
-        pass
+    """Open and close a connection within NIGHTJAR_BROKER_TIMEOUT: raises
+    BrokerError if RabbitMQ is not there, frozen, or too slow to answer."""
+
+    def connect():
+        with short_channel("health check"):
+            pass
+
+    within(settings.NIGHTJAR_BROKER_TIMEOUT, "health check", connect)

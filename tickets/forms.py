@@ -5,7 +5,6 @@ from django import forms
 
 from tickets import contract
 
-
 SUBMISSION_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 TAMPERED = "This form was changed on its way here, so nothing was registered. Please check the name and send it again."
 
