@@ -7,12 +7,18 @@ makes is proven against the real broker.
 """
 
 import contextlib
+import http.cookiejar
 import os
 import queue
+import re
+import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -62,6 +68,31 @@ class RabbitNode:
             yield
         finally:
             self.start_app()
+
+    def own_node(self) -> Path:
+        if self.folder is None:
+            pytest.fail("This test freezes or alarms the broker: it needs the node the tests start, not RABBITMQ_URL.")
+        return self.folder
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """SIGSTOP the node's process: it accepts TCP (the kernel does) and answers nothing."""
+        pid = int((self.own_node() / "node.pid").read_text().strip())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def memory_alarm(self):
+        """A real resource alarm: RabbitMQ blocks every publishing connection."""
+        self.own_node()
+        self.ctl("set_vm_memory_high_watermark", "0.000001")
+        try:
+            yield
+        finally:
+            self.ctl("set_vm_memory_high_watermark", "0.4")
 
 
 @pytest.fixture(scope="session")
@@ -211,6 +242,61 @@ class Process:
             if line is not None:
                 self.lines.append(line)
         return status, "\n".join(self.lines)
+
+
+@pytest.fixture
+def site(worker_env):
+    """gunicorn serving the test database; DEBUG so static files come straight from static/."""
+    port = free_port()
+    env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/"]).returncode != 0:
+        assert server.poll() is None, server.stderr.read()
+        assert time.monotonic() < deadline, "gunicorn did not answer within 30 s"
+        time.sleep(0.2)
+    yield url
+    server.terminate()
+    server.wait(timeout=30)
+
+
+class Guest:
+    """A browser without a browser: keeps cookies, fills in the evening form."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def get(self, path: str, timeout: float = 60) -> tuple[int, str]:
+        try:
+            with self.opener.open(self.url + path, timeout=timeout) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def register(self, name: str, timeout: float = 60) -> tuple[int, str, float]:
+        """POST the form (and follow the redirect): status, page, seconds the POST took."""
+        _, form = self.get("/evening/")
+        fields = {
+            "csrfmiddlewaretoken": re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1),
+            "submission_key": re.search(r'name="submission_key" value="([^"]+)"', form).group(1),
+            "name": name,
+        }
+        started = time.monotonic()
+        request = urllib.request.Request(self.url + "/evening/", data=urllib.parse.urlencode(fields).encode())
+        try:
+            with self.opener.open(request, timeout=timeout) as response:
+                return response.status, response.read().decode(), time.monotonic() - started
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(), time.monotonic() - started
 
 
 def publish_raw(bodies: list[bytes]) -> None:

@@ -3,9 +3,6 @@ served by gunicorn on loopback, with a real worker process making the ticket.
 Screenshots of each step go to test-artifacts/."""
 
 import io
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +10,6 @@ from playwright.sync_api import expect, sync_playwright
 from pypdf import PdfReader
 
 from tests.conftest import ROOT
-from tests.ports import free_port
 from tickets.models import Registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,30 +26,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-@pytest.fixture
-def site(worker_env):
-    """gunicorn serving the test database; DEBUG so static files come straight from static/."""
-    port = free_port()
-    env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/"]).returncode != 0:
-        assert server.poll() is None, server.stderr.read()
-        assert time.monotonic() < deadline, "gunicorn did not answer within 30 s"
-        time.sleep(0.2)
-    yield url
-    server.terminate()
-    server.wait(timeout=30)
 
 
 def test_a_guest_registers_watches_the_page_switch_and_downloads_the_pdf(site, workers, monkeypatch):

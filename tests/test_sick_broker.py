@@ -1,0 +1,132 @@
+"""A broker that is down, frozen (accepts TCP, answers nothing) or blocking
+publishers never makes a guest wait: every wait on RabbitMQ has a deadline
+(NIGHTJAR_BROKER_TIMEOUT, 1 s), every failure is a BrokerError with a
+sentence, the registration is stored and reconcile publishes it later.
+The node is frozen for real with SIGSTOP and alarmed for real with
+`rabbitmqctl set_vm_memory_high_watermark`."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, Guest
+from tickets import broker, services
+from tickets.models import Registration
+
+pytestmark = pytest.mark.django_db(transaction=True)
+# Generous: the deadline is 1 s; this bound only catches a wait with none.
+POST_BOUND = 3.0
+
+
+def report(what: str, seconds: list[float]) -> None:
+    print(f"{what}: " + ", ".join(f"{s:.2f} s" for s in seconds))
+
+
+def assert_registration_page(status: int, page: str) -> None:
+    assert status == 200
+    assert "Your ticket is being prepared" in page
+
+
+def test_posts_on_an_open_connection_and_on_a_new_one_answer_fast_when_rabbitmq_is_frozen(site, rabbit, workers):
+    guest = Guest(site)
+    assert_registration_page(*guest.register("Before The Freeze")[:2])  # the publisher connection is open now
+    times = []
+    with rabbit.frozen():
+        for n in range(4):
+            status, page, seconds = guest.register(f"Frozen Guest {n}")
+            assert_registration_page(status, page)
+            times.append(seconds)
+        status, body = guest.get("/healthz")
+        health_started = time.monotonic()
+        status, body = guest.get("/healthz")
+        health_seconds = time.monotonic() - health_started
+    report("POST with RabbitMQ frozen", times)
+    assert max(times) < POST_BOUND
+    assert status == 503 and '"rabbitmq": "unavailable"' in body
+    assert health_seconds < POST_BOUND
+    assert Registration.objects.count() == 5
+    # Thawed: reconcile publishes what was left, and the worker makes every ticket.
+    assert services.reconcile_registrations(older_than=0)[0]
+    assert "Drained" in workers.run("--drain").stdout
+    assert all(r.tickets.count() == 1 for r in Registration.objects.all())
+
+
+def test_a_new_gunicorn_process_that_must_connect_to_a_frozen_broker_answers_fast(site, rabbit):
+    # A fresh web process has no connection yet: its first publish must connect.
+    with rabbit.frozen():
+        status, page, seconds = Guest(site).register("Connects While Frozen")
+    report("POST that must connect, RabbitMQ frozen", [seconds])
+    assert_registration_page(status, page)
+    assert seconds < POST_BOUND
+
+
+def test_posts_during_a_memory_alarm_answer_fast_and_are_published_after_it(site, rabbit, workers):
+    guest = Guest(site)
+    assert_registration_page(*guest.register("Before The Alarm")[:2])
+    times = []
+    with rabbit.memory_alarm():
+        for n in range(5):
+            status, page, seconds = guest.register(f"Alarm Guest {n}")
+            assert_registration_page(status, page)
+            times.append(seconds)
+    report("POST during a memory alarm", times)
+    assert max(times) < POST_BOUND
+    assert sum(times[1:]) < POST_BOUND  # the blocked connection is noticed: later POSTs do not wait again
+    services.reconcile_registrations(older_than=0)
+    workers.run("--drain")
+    assert all(r.tickets.count() == 1 for r in Registration.objects.all())
+
+
+def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, workers):
+    worker = workers.start("--serve")
+    worker.wait_for("Serving")
+    with rabbit.frozen():
+        worker.wait_for("RabbitMQ is unavailable; reconnecting", timeout=60)
+        assert worker.proc.poll() is None
+    registration = services.register_guest(name="After The Thaw")
+    worker.wait_for(f"Received {registration.code}", timeout=90)
+    worker.wait_for("Handler returned.")
+    assert worker.proc.poll() is None
+
+
+@pytest.mark.parametrize(
+    ("command", "message", "status"),
+    [
+        (["reconcile", "--older-than", "0"], "Stopped: RabbitMQ", 3),
+        (["retry", "{code}"], "RabbitMQ", 3),
+        (["worker"], "RabbitMQ", 3),
+    ],
+    ids=["reconcile", "retry", "worker"],
+)
+def test_commands_fail_with_their_message_and_status_when_rabbitmq_is_frozen(
+    rabbit, worker_env, command, message, status
+):
+    code = Registration.objects.create(name="Waiting Guest").code
+    command = [part.format(code=code) for part in command]
+    with rabbit.frozen():
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *command],
+            env=worker_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        seconds = time.monotonic() - started
+    report(f"{command[0]} with RabbitMQ frozen", [seconds])
+    assert result.returncode == status, result.stdout + result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_every_pika_failure_is_a_broker_error():
+    from pika.adapters.utils.connection_workflow import AMQPConnectorStackTimeout
+    from pika.exceptions import ConnectionWrongStateError, ReentrancyError
+
+    for error in (AMQPConnectorStackTimeout("x"), ReentrancyError(), ConnectionWrongStateError(), TimeoutError()):
+        with pytest.raises(broker.BrokerError), broker.translated_errors("test"):
+            raise error
+    with pytest.raises(KeyError), broker.translated_errors("test"):  # our own bugs are not dressed up as outages
+        raise KeyError("bug")
