@@ -2,13 +2,12 @@
 through the test client as a staff user."""
 
 import pytest
-from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tickets import services
-from tickets.models import Completion, Registration, RejectedMessage, Ticket
+from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,7 +94,8 @@ def test_retry_delivery_action_publishes_and_logs(staff, workers):
     registration = with_tickets("Retry Me", 0)
     response = staff.post(CHANGELIST, {"action": "retry_delivery", "_selected_action": [registration.pk]}, follow=True)
     assert f"Published a new delivery of {registration.code}" in response.content.decode()
-    assert LogEntry.objects.filter(object_id=str(registration.pk), change_message__contains="Retried").exists()
+    trace = StaffAction.objects.get(registration=registration)
+    assert (trace.actor, trace.action) == ("desk (admin)", "retry")
     assert f"Received {registration.code}" in workers.run().stdout
     assert registration.tickets.count() == 1
 
@@ -115,7 +115,9 @@ def test_repair_action_shows_the_plan_first_and_applies_on_confirmation(staff):
     )
     assert f"{registration.code}: kept {keep.number}" in applied.content.decode()
     assert list(registration.tickets.all()) == [keep]
-    assert LogEntry.objects.filter(change_message__contains="Repaired duplicate tickets").exists()
+    trace = StaffAction.objects.get(registration=registration, action="repair")
+    assert trace.actor == "desk (admin)" and f"kept {keep.number}" in trace.detail
+    assert "desk (admin)" in staff.get(f"{CHANGELIST}{registration.pk}/change/").content.decode()
 
 
 def test_repair_action_reports_refusals(staff):
@@ -148,3 +150,29 @@ def test_rejected_messages_and_completions_are_read_only(staff):
     assert staff.get("/admin/tickets/rejectedmessage/add/").status_code == 403
     assert staff.get("/admin/tickets/completion/add/").status_code == 403
     assert staff.get(f"/admin/tickets/completion/{registration.pk}/delete/").status_code == 403
+
+
+def test_a_view_only_user_cannot_run_the_actions(client, workers):
+    viewer = User.objects.create_user("viewer", password="pw-for-a-viewer-1", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_registration"))
+    client.force_login(viewer)
+    registration = with_tickets("Twice Viewed", 2)
+    page = client.get(CHANGELIST).content.decode()
+    assert "Retry delivery" not in page and "Repair duplicate tickets" not in page
+    for action in ("retry_delivery", "repair_duplicate_tickets"):
+        response = client.post(
+            CHANGELIST, {"action": action, "_selected_action": [registration.pk], "confirm": "apply"}, follow=True
+        )
+        assert response.status_code == 200  # the list again: the action is not there for this user
+    assert registration.tickets.count() == 2
+    assert not StaffAction.objects.exists()
+    assert workers.run().stdout.strip() == "No ready registrations"  # nothing was published
+
+
+def test_staff_cannot_delete_a_ticket_in_the_admin(staff):
+    registration = with_tickets("Keep My Ticket", 1)
+    ticket = registration.tickets.get()
+    response = staff.post(f"/admin/tickets/ticket/{ticket.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 403
+    listing = staff.post("/admin/tickets/ticket/", {"action": "delete_selected", "_selected_action": [ticket.pk]})
+    assert Ticket.objects.filter(pk=ticket.pk).exists(), listing.status_code

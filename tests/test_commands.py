@@ -5,7 +5,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tickets import services
-from tickets.models import Completion, Registration, Ticket
+from tickets.models import Completion, Registration, StaffAction, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -116,3 +116,23 @@ def test_status_reports_an_unreachable_broker_instead_of_failing(rabbit):
         output = run("status")
     assert "Queue: unknown (RabbitMQ at" in output
     assert "guest:guest" not in output  # the password is masked
+
+
+def test_repair_issues_the_ticket_of_a_completion_key_whose_ticket_was_deleted():
+    registration = with_duplicates(extra=0)
+    Ticket.objects.filter(registration=registration).delete()  # what no tool could undo before
+    assert "issue the missing ticket" in run("repair", registration.code)
+    assert not registration.tickets.exists()
+    run("repair", registration.code, "--apply")
+    ticket = registration.tickets.get()
+    assert ticket.name == registration.name
+    assert services.audit_invariants().passed
+
+
+def test_repair_apply_from_the_command_line_leaves_a_trace():
+    registration = with_duplicates()
+    run("repair", registration.code, "--apply")
+    trace = StaffAction.objects.get(registration=registration)
+    assert trace.action == "repair"
+    assert "(manage.py repair --apply)" in trace.actor and "@" in trace.actor
+    assert "deleted" in trace.detail

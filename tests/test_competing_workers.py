@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_three_workers_draining_300_registrations_published_twice_make_300_tickets(mode, workers):
     registrations = [services.register_guest(name=f"Guest {n % 7}") for n in range(300)]
     for registration in registrations:
-        services.retry_registration(code=registration.code)
+        services.retry_registration(code=registration.code, actor="test")
 
     running = [workers.start("--drain", *mode) for _ in range(3)]
     results = [worker.finish(timeout=180) for worker in running]

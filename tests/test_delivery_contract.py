@@ -43,7 +43,7 @@ def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, worker
         amqp_publish(test_settings.RABBITMQ_URL, test_settings.NIGHTJAR_QUEUE, body)
         worker.wait_for("Rejected a delivery")
     # The worker keeps going: a valid delivery after the poison is processed normally.
-    services.retry_registration(code=valid.code)
+    services.retry_registration(code=valid.code, actor="test")
     worker.wait_for(f"Received {valid.code} redelivered=False")
     worker.wait_for("Handler returned.")
 

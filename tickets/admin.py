@@ -8,7 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from tickets import broker, contract, services
-from tickets.models import Completion, Registration, RejectedMessage, Ticket
+from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
 
 
 def count_of(model, **filters):
@@ -69,6 +69,16 @@ class RejectedInline(ReadOnlyInline):
     fields = readonly_fields = ("received", "reason", "body_excerpt", "redelivered")
 
 
+class StaffActionInline(ReadOnlyInline):
+    model = StaffAction
+    fields = readonly_fields = ("at", "actor", "action", "detail")
+    verbose_name = "staff action"
+
+
+def actor(request) -> str:
+    return f"{request.user.get_username()} (admin)"
+
+
 @admin.register(Registration)
 class RegistrationAdmin(admin.ModelAdmin):
     list_display = ("code", "name", "state", "ticket_count", "created")
@@ -77,7 +87,7 @@ class RegistrationAdmin(admin.ModelAdmin):
     search_help_text = "Search by registration ID (R-0002) or guest name."
     readonly_fields = ("code", "name", "created", "state")
     fields = readonly_fields
-    inlines = (TicketInline, CompletionInline, RejectedInline)
+    inlines = (TicketInline, CompletionInline, RejectedInline, StaffActionInline)
     actions = ("retry_delivery", "repair_duplicate_tickets")
     list_per_page = 100
     show_full_result_count = False  # COUNT(*) over 100,000 rows on every page is wasted work
@@ -120,38 +130,32 @@ class RegistrationAdmin(admin.ModelAdmin):
         state = services.describe_state(tickets=obj.ticket_count, completed=obj.completed)
         return f"{state}, {obj.rejected_count} rejected deliveries" if obj.rejected_count else state
 
-    @admin.action(description="Retry delivery")
+    # Both actions change what happens to a registration: a view-only user may not run them.
+    @admin.action(description="Retry delivery", permissions=["change"])
     def retry_delivery(self, request, queryset):
         done = []
         for registration in queryset:
             try:
-                services.retry_registration(code=registration.code)
+                services.retry_registration(code=registration.code, actor=actor(request))
             except (services.NightjarError, broker.BrokerError) as error:
                 self.message_user(request, f"{registration.code} not retried: {error}", messages.ERROR)
                 continue
-            self.log_change(request, registration, "Retried delivery: published a new delivery.")
             done.append(registration.code)
         if done:
             self.message_user(request, f"Published a new delivery of {', '.join(done)}.", messages.SUCCESS)
 
-    @admin.action(description="Repair duplicate tickets")
+    @admin.action(description="Repair duplicate tickets", permissions=["change"])
     def repair_duplicate_tickets(self, request, queryset):
         """First show the plans; apply them only when staff confirm."""
         registrations = list(queryset.order_by("pk")[:200])
         if request.POST.get("confirm") == "apply":
             for registration in registrations:
                 try:
-                    plan = services.repair_registration(code=registration.code)
+                    plan = services.repair_registration(code=registration.code, actor=actor(request))
                 except services.NightjarError as error:
                     self.message_user(request, str(error), messages.ERROR)
                     continue
-                deleted = ", ".join(t.number for t in plan.delete) or "none"
-                self.log_change(request, registration, f"Repaired duplicate tickets: deleted {deleted}.")
-                self.message_user(
-                    request,
-                    f"{registration.code}: kept {plan.keep.number}, deleted {deleted}.",
-                    messages.SUCCESS,
-                )
+                self.message_user(request, f"{registration.code}: {plan.summary()}.", messages.SUCCESS)
             return None
         plans, refusals = [], []
         for registration in registrations:
@@ -198,6 +202,11 @@ class TicketAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # tickets are made by the worker only
+
+    def has_delete_permission(self, request, obj=None):
+        # Deleting a ticket would leave its completion key, and no worker would
+        # make it again: extra tickets go through "Repair duplicate tickets".
+        return False
 
 
 @admin.register(Completion)

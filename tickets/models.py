@@ -167,3 +167,23 @@ class RejectedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"rejected #{self.pk}: {self.reason[:60]}"
+
+
+class StaffAction(models.Model):
+    """Who changed or republished what, and when: written by the service in
+    the same transaction as the change, whether staff used the admin or a
+    command (the admin's own history cannot name a shell user)."""
+
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=40)
+    registration = models.ForeignKey(
+        Registration, null=True, blank=True, on_delete=models.PROTECT, related_name="staff_actions"
+    )
+    detail = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor}: {self.action} {self.registration.code if self.registration_id else ''}".strip()

@@ -5,8 +5,10 @@ sentence a person understands), then changes rows in one atomic block, and
 publishes only after the commit.
 """
 
+import getpass
 import hashlib
 import logging
+import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -16,7 +18,7 @@ from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from tickets import broker, contract
-from tickets.models import Completion, Registration, RejectedMessage, Ticket
+from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
 
 logger = logging.getLogger(__name__)
 
@@ -98,18 +100,28 @@ def _same_submission(existing: Registration, name: str) -> Registration:
     return existing
 
 
-def retry_registration(*, code: str) -> Registration:
+def command_line_actor(command: str) -> str:
+    """Who ran a management command, as the trace names them."""
+    return f"{getpass.getuser()}@{socket.gethostname()} (manage.py {command})"
+
+
+def record_staff_action(*, actor: str, action: str, registration: Registration | None, detail: str = "") -> None:
+    StaffAction.objects.create(actor=actor[:150], action=action, registration=registration, detail=detail[:500])
+
+
+def retry_registration(*, code: str, actor: str) -> Registration:
     """Publish a new delivery of an existing registration. Safe at any time:
     the worker makes no second ticket for a registration that has one."""
     registration = find_registration(code=code)
     publish_registration(registration)
+    record_staff_action(actor=actor, action="retry", registration=registration, detail="Published a new delivery.")
     return registration
 
 
 @dataclass
 class RepairPlan:
     registration: Registration
-    keep: Ticket
+    keep: Ticket | None
     delete: list[Ticket] = field(default_factory=list)
     completion_exists: bool = True
     applied: bool = False
@@ -117,7 +129,10 @@ class RepairPlan:
     def lines(self) -> list[str]:
         code = self.registration.code
         lines = [f"Repair plan for {code} ({self.registration.name}):"]
-        lines.append(f"  keep the earliest ticket {self.keep.number} (issued {self.keep.issued:%Y-%m-%d %H:%M:%S})")
+        if self.keep is None:
+            lines.append("  issue the missing ticket (the completion key is there, its ticket was deleted)")
+        else:
+            lines.append(f"  keep the earliest ticket {self.keep.number} (issued {self.keep.issued:%Y-%m-%d %H:%M:%S})")
         if self.delete:
             lines.append(f"  delete extra tickets: {', '.join(t.number for t in self.delete)}")
         else:
@@ -125,6 +140,12 @@ class RepairPlan:
         key = "present" if self.completion_exists else "missing, will be created"
         lines.append(f"  completion key {code}: {key}")
         return lines
+
+    def summary(self) -> str:
+        if self.keep is None:
+            return "issued the missing ticket"
+        deleted = ", ".join(t.number for t in self.delete) or "none"
+        return f"kept {self.keep.number}, deleted {deleted}"
 
 
 def plan_repair(*, code: str) -> RepairPlan:
@@ -134,7 +155,8 @@ def plan_repair(*, code: str) -> RepairPlan:
 
 def _plan(registration: Registration) -> RepairPlan:
     tickets = list(registration.tickets_in_order())
-    if not tickets:
+    completion_exists = Completion.objects.filter(registration=registration).exists()
+    if not tickets and not completion_exists:
         raise RepairRefused(
             f"{registration.code} has no ticket yet; there is nothing to repair. Run the worker or retry it."
         )
@@ -144,24 +166,30 @@ def _plan(registration: Registration) -> RepairPlan:
                 f"Ticket {ticket.number} of {registration.code} is for {ticket.name!r}, but the registration "
                 f"is for {registration.name!r}; repair will not guess which is right."
             )
+    # A key without a ticket (its ticket was deleted): no worker would ever
+    # make it again, so repair issues it.
     return RepairPlan(
         registration=registration,
-        keep=tickets[0],
+        keep=tickets[0] if tickets else None,
         delete=tickets[1:],
-        completion_exists=Completion.objects.filter(registration=registration).exists(),
+        completion_exists=completion_exists,
     )
 
 
-def repair_registration(*, code: str) -> RepairPlan:
-    """Keep the earliest ticket, delete the extra ones and make sure the
-    completion key exists, all in one transaction."""
+def repair_registration(*, code: str, actor: str) -> RepairPlan:
+    """Keep the earliest ticket (or issue the missing one), delete the extra
+    ones and make sure the completion key exists, all in one transaction with
+    its trace."""
     with transaction.atomic():
         # Lock the registration so a worker cannot add a ticket mid-repair.
         registration = find_registration(code=code)
         Registration.objects.select_for_update().filter(pk=registration.pk).exists()
         plan = _plan(registration)
         Ticket.objects.filter(pk__in=[ticket.pk for ticket in plan.delete]).delete()
+        if plan.keep is None:
+            Ticket.objects.issue(registration_id=registration.pk, name=registration.name)
         Completion.objects.get_or_create(registration=plan.registration)
+        record_staff_action(actor=actor, action="repair", registration=registration, detail=plan.summary())
         plan.applied = True
     return plan
 

@@ -156,7 +156,7 @@ class Scenarios:
     def repeated_delivery(self) -> str:
         registration = self.register()
         self.run_worker()
-        services.retry_registration(code=registration.code)
+        services.retry_registration(code=registration.code, actor=services.command_line_actor("verify_handler"))
         self.run_worker()
         self.expect_one_ticket(registration, "after a second delivery of the same registration")
         return "a second delivery of a done registration made no second ticket"

@@ -13,7 +13,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         try:
             if options["apply"]:
-                plan = services.repair_registration(code=options["code"])
+                plan = services.repair_registration(
+                    code=options["code"], actor=services.command_line_actor("repair --apply")
+                )
             else:
                 plan = services.plan_repair(code=options["code"])
         except services.NightjarError as error:

@@ -11,7 +11,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            registration = services.retry_registration(code=options["code"])
+            registration = services.retry_registration(code=options["code"], actor=services.command_line_actor("retry"))
         except services.NightjarError as error:
             raise CommandError(str(error), returncode=1) from None
         except broker.BrokerError as error:
