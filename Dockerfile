@@ -3,7 +3,7 @@ FROM python:3.11-slim-bookworm
 
 # Fonts for the PDF tickets (Latin, Greek, Cyrillic, CJK).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends fonts-dejavu-core fonts-wqy-zenhei \
+    && apt-get install -y --no-install-recommends fonts-dejavu-core fonts-wqy-zenhei fonts-lohit-deva \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app

@@ -46,10 +46,25 @@ ALLOWED_FORMAT = frozenset("\u200c\u200d") | frozenset(map(chr, range(0xE0020, 0
 BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
 
 
+def clusters(text: str) -> list[str]:
+    """Characters as a reader sees them (close to Unicode's grapheme clusters):
+    a letter with its combining marks, an emoji joined by ZWJ to the next."""
+    parts: list[str] = []
+    for ch in text:
+        joins = parts and (
+            unicodedata.category(ch).startswith("M") or ch in "\u200c\u200d" or parts[-1][-1] == "\u200d"
+        )
+        if joins:
+            parts[-1] += ch
+        else:
+            parts.append(ch)
+    return parts
+
+
 def name_length(name: str) -> int:
-    """Characters as a guest counts them: combining marks belong to their
-    letter, so NFC's expansion (U+0958 -> U+0915 U+093C) does not count twice."""
-    return sum(1 for ch in name if not unicodedata.category(ch).startswith("M"))
+    """Characters as a guest counts them: NFC's expansion (U+0958 -> U+0915
+    U+093C) and an emoji sequence (woman, ZWJ, microscope) count once."""
+    return len(clusters(name))
 
 
 def clean_name(value: str) -> str:
