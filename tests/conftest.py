@@ -299,13 +299,13 @@ class Guest:
             return error.code, error.read().decode(), time.monotonic() - started
 
 
-def publish_raw(bodies: list[bytes]) -> None:
+def publish_raw(bodies: list[bytes], *, queue: str | None = None) -> None:
     """Publish bodies exactly as given (no contract), as a hostile client would."""
     with broker.short_channel("test publish") as channel:
         broker.declare(channel)
         channel.confirm_delivery()
         for body in bodies:
-            channel.basic_publish(exchange="", routing_key=broker.queue_name(), body=body)
+            channel.basic_publish(exchange="", routing_key=queue or broker.queue_name(), body=body)
 
 
 @pytest.fixture

@@ -93,9 +93,11 @@ def test_reconcile_respects_the_grace_period_and_the_limit():
     old = [Registration.objects.create(name=f"Old {n}") for n in range(3)]
     Registration.objects.filter(pk__in=[r.pk for r in old]).update(created=timezone.now() - timedelta(minutes=5))
     Registration.objects.create(name="Fresh")  # inside the grace period: left alone
-    published, remaining = services.reconcile_registrations(limit=2, older_than=60)
-    assert published == [old[0].code, old[1].code]  # oldest first
-    assert remaining == 1
+    report = services.reconcile_registrations(limit=2, older_than=60, catch_up=False)
+    assert report.published == [old[0].code, old[1].code]  # oldest first
+    assert report.remaining == 1
+    report = services.reconcile_registrations(limit=2, older_than=60)  # catching up: passes until one is not full
+    assert report.published == [r.code for r in old] and report.passes == 2 and report.remaining == 0
 
 
 def test_serve_with_reconcile_every_picks_up_a_lost_publish(workers):

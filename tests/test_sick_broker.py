@@ -48,7 +48,7 @@ def test_posts_on_an_open_connection_and_on_a_new_one_answer_fast_when_rabbitmq_
     assert health_seconds < POST_BOUND
     assert Registration.objects.count() == 5
     # Thawed: reconcile publishes what was left, and the worker makes every ticket.
-    assert services.reconcile_registrations(older_than=0)[0]
+    assert services.reconcile_registrations(older_than=0).published
     assert "Drained" in workers.run("--drain").stdout
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())
 

@@ -8,7 +8,15 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from tickets import broker, contract, services
-from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
+from tickets.models import (
+    Completion,
+    DeliveryFailure,
+    ParkedDelivery,
+    Registration,
+    RejectedMessage,
+    StaffAction,
+    Ticket,
+)
 
 
 def count_of(model, **filters):
@@ -26,12 +34,15 @@ class StateFilter(admin.SimpleListFilter):
             ("pending", "pending"),
             ("issued", "ticket issued"),
             ("duplicates", "duplicate tickets"),
+            ("parked", "parked"),
             ("rejected", "rejected deliveries"),
         ]
 
     def queryset(self, request, queryset):
         if self.value() == "pending":
-            return queryset.filter(~Exists(Ticket.objects.filter(registration=OuterRef("pk"))))
+            return queryset.filter(pk__in=services.pending_registrations().values("pk"))
+        if self.value() == "parked":
+            return queryset.filter(pk__in=services.parked_without_ticket().values("pk"))
         if self.value() == "issued":
             return queryset.filter(ticket_count=1)
         if self.value() == "duplicates":
@@ -69,6 +80,18 @@ class RejectedInline(ReadOnlyInline):
     fields = readonly_fields = ("received", "reason", "body_excerpt", "redelivered")
 
 
+class FailureInline(ReadOnlyInline):
+    model = DeliveryFailure
+    fields = readonly_fields = ("at", "worker", "error")
+    verbose_name = "failed attempt"
+
+
+class ParkedInline(ReadOnlyInline):
+    model = ParkedDelivery
+    fields = readonly_fields = ("parked", "reason", "attempts", "resolution", "resolved_by")
+    verbose_name = "parked delivery"
+
+
 class StaffActionInline(ReadOnlyInline):
     model = StaffAction
     fields = readonly_fields = ("at", "actor", "action", "detail")
@@ -87,7 +110,7 @@ class RegistrationAdmin(admin.ModelAdmin):
     search_help_text = "Search by registration ID (R-0002) or guest name."
     readonly_fields = ("code", "name", "created", "state")
     fields = readonly_fields
-    inlines = (TicketInline, CompletionInline, RejectedInline, StaffActionInline)
+    inlines = (TicketInline, CompletionInline, ParkedInline, FailureInline, RejectedInline, StaffActionInline)
     actions = ("retry_delivery", "repair_duplicate_tickets")
     list_per_page = 100
     show_full_result_count = False  # COUNT(*) over 100,000 rows on every page is wasted work
@@ -101,6 +124,7 @@ class RegistrationAdmin(admin.ModelAdmin):
                 ticket_count=count_of(Ticket),
                 rejected_count=count_of(RejectedMessage),
                 completed=Exists(Completion.objects.filter(registration=OuterRef("pk"))),
+                parked=services.is_parked(),
             )
         )
 
@@ -127,7 +151,7 @@ class RegistrationAdmin(admin.ModelAdmin):
 
     @admin.display(description="state")
     def state(self, obj):
-        state = services.describe_state(tickets=obj.ticket_count, completed=obj.completed)
+        state = services.describe_state(tickets=obj.ticket_count, completed=obj.completed, parked=obj.parked)
         return f"{state}, {obj.rejected_count} rejected deliveries" if obj.rejected_count else state
 
     # Both actions change what happens to a registration: a view-only user may not run them.
@@ -241,6 +265,84 @@ class RejectedMessageAdmin(admin.ModelAdmin):
         "message_id",
         "redelivered",
     )
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ParkedDelivery)
+class ParkedDeliveryAdmin(admin.ModelAdmin):
+    """The parked desk: what used up its delivery limit, with the reason.
+    Requeue publishes it again; discard gives up on it. Both show what they
+    will do first, and leave a trace."""
+
+    list_display = ("parked", "registration", "reason", "attempts", "resolution", "resolved_by")
+    list_select_related = ("registration",)
+    list_filter = ("resolution",)
+    search_fields = ("reason",)
+    readonly_fields = (
+        "registration",
+        "parked",
+        "reason",
+        "attempts",
+        "body_excerpt",
+        "body_sha256",
+        "resolution",
+        "resolved_by",
+        "resolved_at",
+    )
+    actions = ("requeue", "discard")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Requeue: publish again", permissions=["change"])
+    def requeue(self, request, queryset):
+        return self.confirm_then(request, queryset, "requeue", services.requeue_parked, "publish again")
+
+    @admin.action(description="Discard: give up on it", permissions=["change"])
+    def discard(self, request, queryset):
+        return self.confirm_then(request, queryset, "discard", services.discard_parked, "give up on (no ticket)")
+
+    def confirm_then(self, request, queryset, action: str, service, what: str):
+        codes = sorted({p.registration.code for p in queryset.select_related("registration") if p.registration})
+        if request.POST.get("confirm") == action:
+            for code in codes:
+                try:
+                    service(code=code, actor=actor(request))
+                except services.NightjarError as error:
+                    self.message_user(request, str(error), messages.ERROR)
+                    continue
+                self.message_user(request, f"{code}: {action}d.", messages.SUCCESS)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{action.capitalize()} parked deliveries",
+            "lines": [f"{code}: {what}" for code in codes],
+            "action": action,
+            "selected": list(queryset.values_list("pk", flat=True)),
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/tickets/parkeddelivery/confirm.html", context)
+
+
+@admin.register(DeliveryFailure)
+class DeliveryFailureAdmin(admin.ModelAdmin):
+    list_display = ("at", "registration", "worker", "error")
+    list_select_related = ("registration",)
+    search_fields = ("error",)
+    readonly_fields = ("at", "registration", "worker", "error")
+    show_full_result_count = False
 
     def has_add_permission(self, request):
         return False

@@ -318,6 +318,9 @@ class Delivery:
     tag: int
     redelivered: bool
     message_id: str
+    # How many times RabbitMQ had handed it out before (the quorum queue's
+    # x-delivery-count): at NIGHTJAR_DELIVERY_LIMIT it is dead-lettered.
+    attempts: int = 0
 
 
 class Consumer:
@@ -333,17 +336,29 @@ class Consumer:
 
     @staticmethod
     def _delivery(method, properties, body) -> Delivery:
+        headers = (properties.headers if properties else None) or {}
+        try:
+            attempts = int(headers.get("x-delivery-count") or 0)
+        except (TypeError, ValueError):
+            attempts = 0  # a header set by some other client: diagnosis only
+        if headers.get("x-first-death-reason") == "delivery_limit":
+            # Dead-lettered for its limit: the count restarts at 0 in `.dead`.
+            attempts = settings.NIGHTJAR_DELIVERY_LIMIT + 1
+        message_id = (properties.message_id or "") if properties else ""
         return Delivery(
             body=body,
             tag=method.delivery_tag,
             redelivered=bool(method.redelivered),
-            message_id=(properties.message_id or "") if properties else "",
+            message_id=message_id.decode("utf-8", "replace") if isinstance(message_id, bytes) else message_id,
+            attempts=attempts,
         )
 
-    def get(self) -> Delivery | None:
-        """Take one ready delivery (unacknowledged until ack), or None."""
+    def get(self, *, dead: bool = False) -> Delivery | None:
+        """Take one ready delivery (unacknowledged until ack), or None; from
+        the dead-letter queue with dead=True."""
+        queue = dead_letter_queue_name() if dead else queue_name()
         with translated_errors("get"):
-            method, properties, body = self._channel.basic_get(queue_name(), auto_ack=False)
+            method, properties, body = self._channel.basic_get(queue, auto_ack=False)
         return None if method is None else self._delivery(method, properties, body)
 
     def consume(self, *, idle_seconds: float = 1.0) -> Iterator[Delivery | None]:

@@ -187,3 +187,59 @@ class StaffAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.action} {self.registration.code if self.registration_id else ''}".strip()
+
+
+class DeliveryFailure(models.Model):
+    """One attempt the worker could not finish (the error was logged and the
+    delivery handed back). Parking names the last one as its reason."""
+
+    registration = models.ForeignKey(
+        Registration, null=True, blank=True, on_delete=models.SET_NULL, related_name="delivery_failures"
+    )
+    worker = models.CharField(max_length=100)
+    error = models.CharField(max_length=300)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"failure {self.at:%Y-%m-%d %H:%M:%S} {self.error[:60]}"
+
+
+class ParkedManager(models.Manager):
+    def holding(self):
+        """What keeps a registration parked: waiting for staff, or discarded by them."""
+        return self.exclude(resolution=ParkedDelivery.REQUEUED)
+
+
+class ParkedDelivery(models.Model):
+    """A delivery that used up its delivery limit (RabbitMQ dead-lettered it),
+    moved from `<queue>.dead` into the database for a person: requeue or
+    discard. Reconcile leaves a parked registration alone."""
+
+    REQUEUED = "requeued"
+    DISCARDED = "discarded"
+    RESOLUTIONS = [("", "waiting for staff"), (REQUEUED, "requeued"), (DISCARDED, "discarded")]
+
+    registration = models.ForeignKey(
+        Registration, null=True, blank=True, on_delete=models.PROTECT, related_name="parked_deliveries"
+    )
+    reason = models.CharField(max_length=300)
+    attempts = models.PositiveIntegerField(default=0)
+    body_excerpt = models.TextField(blank=True)
+    body_sha256 = models.CharField(max_length=64)
+    parked = models.DateTimeField(default=timezone.now)
+    resolution = models.CharField(max_length=20, choices=RESOLUTIONS, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ParkedManager()
+
+    class Meta:
+        ordering = ["-parked", "-id"]
+        verbose_name_plural = "parked deliveries"
+
+    def __str__(self) -> str:
+        code = self.registration.code if self.registration_id else "no registration"
+        return f"parked {code}: {self.reason[:60]}"

@@ -9,16 +9,25 @@ import getpass
 import hashlib
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.core.management.color import no_style
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from tickets import broker, contract
-from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
+from tickets.models import (
+    Completion,
+    DeliveryFailure,
+    ParkedDelivery,
+    Registration,
+    RejectedMessage,
+    StaffAction,
+    Ticket,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -194,23 +203,189 @@ def repair_registration(*, code: str, actor: str) -> RepairPlan:
     return plan
 
 
+def is_parked():
+    """True for a registration held for staff (see ParkedDelivery)."""
+    return Exists(ParkedDelivery.objects.holding().filter(registration=OuterRef("pk")))
+
+
+def parked_without_ticket():
+    """The registrations in the state "parked" (a ticket, if one was made after all, wins)."""
+    return Registration.objects.filter(is_parked(), ~Exists(Ticket.objects.filter(registration=OuterRef("pk"))))
+
+
 def pending_registrations():
-    """Registrations that have no completion key yet, oldest first."""
-    return Registration.objects.filter(~Exists(Completion.objects.filter(registration=OuterRef("pk")))).order_by(
-        "created", "id"
+    """Registrations that have no completion key yet and are not parked, oldest first."""
+    return Registration.objects.filter(
+        ~Exists(Completion.objects.filter(registration=OuterRef("pk"))), ~is_parked()
+    ).order_by("created", "id")
+
+
+@dataclass
+class ReconcileReport:
+    published: list[str] = field(default_factory=list)
+    remaining: int = 0
+    passes: int = 0
+    collected: "CollectReport | None" = None
+
+
+def reconcile_registrations(
+    *, limit: int = 100, older_than: float = 60, catch_up: bool = True, max_seconds: float = 300
+) -> ReconcileReport:
+    """Republish pending registrations older than the grace period, oldest
+    first, `limit` per pass. First moves what RabbitMQ dead-lettered into the
+    database (collect_dead_letters), so a parked registration is never
+    republished behind staff's back. With catch_up, passes repeat while each
+    one is full, so a backlog drains as fast as the broker confirms (each
+    publish waits for its confirm) — bounded by max_seconds. Raises BrokerError
+    when the broker stops confirming; what was published stays published."""
+    report = ReconcileReport(collected=collect_dead_letters())
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    due = pending_registrations().filter(created__lte=cutoff)
+    started = time.monotonic()
+    after = None
+    while True:
+        batch = due if after is None else due.filter(Q(created__gt=after[0]) | Q(created=after[0], id__gt=after[1]))
+        registrations = list(batch[:limit])
+        for registration in registrations:
+            publish_registration(registration)
+            report.published.append(registration.code)
+        report.passes += 1
+        if registrations:
+            after = (registrations[-1].created, registrations[-1].pk)
+        if not catch_up or len(registrations) < limit or time.monotonic() - started > max_seconds:
+            break
+    report.remaining = (
+        due.filter(Q(created__gt=after[0]) | Q(created=after[0], id__gt=after[1])).count() if after else due.count()
+    )
+    return report
+
+
+@dataclass
+class CollectReport:
+    parked: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+    dropped: int = 0
+    rejected: int = 0
+
+
+# A registration whose delivery limit was used up by interruptions alone (no
+# failure recorded: Ctrl+C at a checkpoint, restarted or killed workers) is
+# published again this many times before it is parked anyway: a message that
+# kills the worker outright records no failure either.
+AUTOMATIC_REQUEUES = 1
+SYSTEM_ACTOR = "nightjar (dead-letter collector)"
+
+
+def collect_dead_letters(*, limit: int = 1000) -> CollectReport:
+    """Move what RabbitMQ dead-lettered into the database, one message at a
+    time: record, commit, then ack. A registration with recorded failures is
+    parked for staff with the last error as its reason; one whose limit was
+    used up by interruptions only is published again (once); a body that
+    breaks the contract becomes a RejectedMessage; a registration that has its
+    ticket by now needs nothing."""
+    report = CollectReport()
+    consumer = broker.Consumer()
+    try:
+        for _ in range(limit):
+            delivery = consumer.get(dead=True)
+            if delivery is None:
+                break
+            republish = _collect_one(delivery, report)
+            if republish is not None:
+                publish_registration(republish)
+            consumer.ack(delivery.tag)
+    finally:
+        consumer.close()
+    return report
+
+
+def _collect_one(delivery: broker.Delivery, report: CollectReport) -> Registration | None:
+    """Record one dead letter; return the registration to publish again, if any."""
+    try:
+        message = contract.decode(delivery.body)
+        registration = Registration.objects.filter(pk=message.registration_id).first()
+        contract.check_stored(message, registration.name if registration else None)
+    except contract.ContractError as error:
+        with transaction.atomic():
+            record_rejection(delivery=delivery, reason=str(error))
+        report.rejected += 1
+        return None
+    if Completion.objects.filter(registration=registration).exists():
+        report.dropped += 1
+        return None
+    failure = registration.delivery_failures.first()
+    automatic = registration.parked_deliveries.filter(resolved_by=SYSTEM_ACTOR).count()
+    with transaction.atomic():
+        if failure is None and automatic < AUTOMATIC_REQUEUES:
+            reason = f"returned {delivery.attempts} times without a recorded failure (interrupted or restarted workers)"
+            _park(registration, delivery, reason, resolution=ParkedDelivery.REQUEUED)
+            report.requeued.append(registration.code)
+            return registration
+        if failure is not None:
+            reason = f"{failure.error} (worker {failure.worker}, {failure.at:%Y-%m-%d %H:%M:%S})"
+        else:
+            reason = f"returned {delivery.attempts} times again without a recorded failure: did the worker die on it?"
+        _park(registration, delivery, reason)
+        report.parked.append(registration.code)
+    return None
+
+
+def _park(registration, delivery, reason: str, *, resolution: str = "") -> ParkedDelivery:
+    return ParkedDelivery.objects.create(
+        registration=registration,
+        reason=contract.storable_text(reason, max_bytes=1200)[:300],
+        attempts=delivery.attempts,
+        body_excerpt=contract.storable_text(delivery.body[:2048], max_bytes=2048),
+        body_sha256=hashlib.sha256(delivery.body).hexdigest(),
+        resolution=resolution,
+        resolved_by=SYSTEM_ACTOR if resolution else "",
+        resolved_at=timezone.now() if resolution else None,
     )
 
 
-def reconcile_registrations(*, limit: int = 100, older_than: float = 60) -> tuple[list[str], int]:
-    """Republish a bounded batch of pending registrations older than the grace
-    period, oldest first. Returns the codes published and how many remain."""
-    cutoff = timezone.now() - timedelta(seconds=older_than)
-    due = pending_registrations().filter(created__lte=cutoff)
-    published = []
-    for registration in due[:limit]:
-        publish_registration(registration)
-        published.append(registration.code)
-    return published, max(due.count() - len(published), 0)
+def requeue_parked(*, code: str, actor: str) -> Registration:
+    """Staff: publish a parked registration again. It counts as pending again
+    (reconcile may pick it up too; the worker makes no second ticket)."""
+    registration = find_registration(code=code)
+    with transaction.atomic():
+        held = ParkedDelivery.objects.holding().select_for_update().filter(registration=registration)
+        if not held.exists():
+            raise NightjarError(f"{registration.code} is not parked.")
+        held.update(resolution=ParkedDelivery.REQUEUED, resolved_by=actor[:150], resolved_at=timezone.now())
+        record_staff_action(
+            actor=actor, action="requeue", registration=registration, detail="Requeued a parked delivery."
+        )
+        transaction.on_commit(lambda: publish_after_commit(registration))
+    return registration
+
+
+def discard_parked(*, code: str, actor: str) -> Registration:
+    """Staff: give up on a parked registration. It stays parked (no ticket,
+    reconcile leaves it alone) and leaves the list of what waits for staff."""
+    registration = find_registration(code=code)
+    with transaction.atomic():
+        waiting = ParkedDelivery.objects.select_for_update().filter(registration=registration, resolution="")
+        if not waiting.exists():
+            raise NightjarError(f"{registration.code} has no parked delivery waiting for staff.")
+        waiting.update(resolution=ParkedDelivery.DISCARDED, resolved_by=actor[:150], resolved_at=timezone.now())
+        record_staff_action(
+            actor=actor, action="discard", registration=registration, detail="Discarded a parked delivery."
+        )
+    return registration
+
+
+def record_failure(*, delivery: broker.Delivery, error: BaseException, worker: str) -> None:
+    """Note a failed attempt (best effort: the database may be what failed)."""
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    try:
+        with transaction.atomic():
+            DeliveryFailure.objects.create(
+                registration=Registration.objects.filter(pk=contract.claimed_id(delivery.body) or 0).first(),
+                worker=worker[:100],
+                error=contract.storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300],
+            )
+    except Exception:
+        logger.warning("Could not record the failed attempt (the database may be what failed)", exc_info=True)
 
 
 @dataclass
@@ -222,9 +397,9 @@ class RegistrationState:
     completed: bool
 
 
-def describe_state(*, tickets: int, completed: bool) -> str:
+def describe_state(*, tickets: int, completed: bool, parked: bool = False) -> str:
     if tickets == 0:
-        return "pending"
+        return "parked" if parked else "pending"
     if tickets > 1:
         return "duplicate tickets"
     return "ticket issued" if completed else "ticket issued, no completion key"
@@ -235,9 +410,10 @@ def registration_states(limit: int | None = None) -> list[RegistrationState]:
         Registration.objects.annotate(
             ticket_count=Count("tickets"),
             completed=Exists(Completion.objects.filter(registration=OuterRef("pk"))),
+            parked=is_parked(),
         )
         .order_by("id")
-        .values_list("id", "name", "ticket_count", "completed")
+        .values_list("id", "name", "ticket_count", "completed", "parked")
     )
     if limit is not None:
         rows = rows[:limit]
@@ -245,11 +421,11 @@ def registration_states(limit: int | None = None) -> list[RegistrationState]:
         RegistrationState(
             code=contract.format_code(pk),
             name=name,
-            state=describe_state(tickets=count, completed=completed),
+            state=describe_state(tickets=count, completed=completed, parked=parked),
             tickets=count,
             completed=completed,
         )
-        for pk, name, count, completed in rows
+        for pk, name, count, completed, parked in rows
     ]
 
 
@@ -261,6 +437,8 @@ class DeliveryStatus:
     duplicates: int
     tickets: int
     rejected: int
+    parked: int
+    waiting_for_staff: int
     queue: dict | None
     queue_error: str = ""
 
@@ -279,6 +457,10 @@ def delivery_status() -> DeliveryStatus:
         duplicates=per_registration.filter(ticket_count__gt=1).count(),
         tickets=Ticket.objects.count(),
         rejected=RejectedMessage.objects.count(),
+        parked=Registration.objects.filter(
+            is_parked(), ~Exists(Ticket.objects.filter(registration=OuterRef("pk")))
+        ).count(),
+        waiting_for_staff=ParkedDelivery.objects.filter(resolution="").count(),
         queue=queue,
         queue_error=queue_error,
     )
@@ -327,6 +509,10 @@ def seed_demo() -> tuple[Registration, bool]:
 class AuditReport:
     violations: list[str] = field(default_factory=list)
     checked: int = 0
+    # Not violations: what waits for a person (the promise is kept, not yet fulfilled).
+    parked: int = 0
+    dead_lettered: int | None = None
+    dead_lettered_error: str = ""
 
     @property
     def passed(self) -> bool:
@@ -337,7 +523,14 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
     """Check the promise row by row: one ticket per completed registration,
     keys and tickets in pairs, names that match, nothing pending for long.
     Each kind of violation lists at most `limit` IDs, then a count."""
-    report = AuditReport(checked=Registration.objects.count())
+    report = AuditReport(
+        checked=Registration.objects.count(),
+        parked=parked_without_ticket().count(),
+    )
+    try:
+        report.dead_lettered = broker.queue_counts()["dead"]
+    except broker.BrokerError as error:
+        report.dead_lettered_error = str(error)
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
     has_key = Exists(Completion.objects.filter(registration=OuterRef("pk")))
 

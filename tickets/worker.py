@@ -5,12 +5,15 @@ service until SIGTERM (`serve`), finishing the current delivery first.
 """
 
 import logging
+import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
 from typing import TextIO
 
+from django.conf import settings
 from django.db import close_old_connections, transaction
 
 from tickets import broker, contract, services
@@ -35,6 +38,7 @@ class Worker:
         stdout: TextIO | None = None,
         prefetch: int = 1,
         reconcile_every: float | None = None,
+        reconcile_options: dict | None = None,
         batch: int | None = None,
         batch_ms: float = 50,
     ) -> None:
@@ -45,6 +49,8 @@ class Worker:
         self.stdout = stdout or sys.stdout
         self.prefetch = prefetch
         self.reconcile_every = reconcile_every
+        self.reconcile_options = reconcile_options or {}
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.consumer: broker.Consumer | None = None
         # Queued acks only in service mode without checkpoints: a learner who
         # pauses or kills the worker must find every ack already sent.
@@ -53,6 +59,7 @@ class Worker:
         self.handled = 0
         self.rejected = 0
         self.failed = 0
+        self.current: broker.Delivery | None = None  # the delivery the handler is on
 
     def say(self, line: str) -> None:
         # Flushed at once: learners and tests read these lines as they happen.
@@ -143,9 +150,20 @@ class Worker:
             self.reject(delivery, str(error))
             return
         self.say(f"Received {message.code} redelivered={delivery.redelivered}")
+        self.current = delivery
         self.handler(message, lambda: self.consumer.ack(delivery.tag, flush=self.flush_acks), self.pause)
         self.handled += 1
         self.say("Handler returned.")
+
+    def limit_note(self) -> str:
+        """What an interruption costs: RabbitMQ counts every return (3.x) towards the delivery limit."""
+        if self.current is None:
+            return ""
+        returns, limit = self.current.attempts + 1, settings.NIGHTJAR_DELIVERY_LIMIT
+        return (
+            f" It has gone back {returns} time(s); past {limit} returns RabbitMQ dead-letters it,"
+            " and the next reconcile publishes it again (no failure was recorded)."
+        )
 
     def check(self, delivery: broker.Delivery) -> contract.Message:
         """The contract, then the stored registration: a body that names an
@@ -239,16 +257,19 @@ class Worker:
             delivery = work[0] if isinstance(work, list) else work
             logger.exception("A delivery failed; handing it back to RabbitMQ unacked")
             self.failed += 1
+            services.record_failure(delivery=delivery, error=error, worker=self.name)
             return [(delivery, error)]
 
     def reconcile(self) -> None:
         try:
-            published, remaining = services.reconcile_registrations()
+            report = services.reconcile_registrations(**self.reconcile_options)
         except Exception:
             logger.exception("Reconcile failed; trying again at the next interval")
             return
-        if published:
-            self.say(f"Reconcile republished {len(published)}; {remaining} remain.")
+        for code in report.collected.parked:
+            self.say(f"Parked {code}: its delivery failed until the delivery limit.")
+        if report.published:
+            self.say(f"Reconcile republished {len(report.published)}; {report.remaining} remain.")
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""

@@ -22,6 +22,10 @@ class Command(BaseCommand):
         report = services.audit_invariants(pending_older_than=options["pending_older_than"])
         for violation in report.violations:
             self.stdout.write(f"VIOLATION {violation}")
+        dead = report.dead_lettered if report.dead_lettered is not None else f"unknown ({report.dead_lettered_error})"
+        self.stdout.write(
+            f"Waiting for staff: {report.parked} parked (`parked`), {dead} dead-lettered not yet collected"
+        )
         if not report.passed:
             raise CommandError(f"Audit failed: {len(report.violations)} kind(s) of violation.", returncode=1)
         self.stdout.write(f"Audit passed: {report.checked} registrations, every invariant holds.")

@@ -2,15 +2,21 @@ from django.core.management.base import BaseCommand, CommandError
 
 from tickets import broker, services
 
+SHOWN = 50  # codes listed one per line; a backlog of thousands is summed up
+
 
 class Command(BaseCommand):
     help = (
-        "Republish registrations that have no completion yet and are older than a grace period, oldest first. "
+        "Republish registrations that have no completion yet and are older than a grace period, oldest first, "
+        "in passes of --limit while each pass is full. First moves dead-lettered deliveries into the database "
+        "(parked for staff, or requeued when only interruptions used up their limit). "
         "Safe at any time: the worker makes no second ticket."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--limit", type=int, default=100, help="At most this many per run (default 100).")
+        parser.add_argument(
+            "--limit", type=int, default=100, help="At most this many per pass (default 100); full passes repeat."
+        )
         parser.add_argument(
             "--older-than", type=float, default=60, metavar="SECONDS", help="Grace period in seconds (default 60)."
         )
@@ -19,11 +25,19 @@ class Command(BaseCommand):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
-            published, remaining = services.reconcile_registrations(
-                limit=options["limit"], older_than=options["older_than"]
-            )
+            report = services.reconcile_registrations(limit=options["limit"], older_than=options["older_than"])
         except broker.BrokerError as error:
             raise CommandError(f"Stopped: {error}", returncode=3) from None
-        for code in published:
+        collected = report.collected
+        for code in collected.parked:
+            self.stdout.write(f"Parked {code}: its delivery failed until the delivery limit (see `parked`)")
+        for code in collected.requeued:
+            self.stdout.write(f"Requeued {code}: dead-lettered by interruptions alone, no failure recorded")
+        for code in report.published[:SHOWN]:
             self.stdout.write(f"Republished {code}")
-        self.stdout.write(f"Republished {len(published)}; {remaining} pending remain beyond this batch.")
+        if len(report.published) > SHOWN:
+            self.stdout.write(f"... and {len(report.published) - SHOWN} more")
+        self.stdout.write(
+            f"Republished {len(report.published)} in {report.passes} pass(es); "
+            f"{report.remaining} pending remain beyond this batch."
+        )

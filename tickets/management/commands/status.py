@@ -17,6 +17,7 @@ class Command(BaseCommand):
             f"Registrations: {status.registrations}  pending: {status.pending}  issued: {status.issued}  "
             f"duplicate tickets: {status.duplicates}  tickets: {status.tickets}  rejected messages: {status.rejected}"
         )
+        self.stdout.write(f"Parked: {status.parked} ({status.waiting_for_staff} waiting for staff: see `parked`)")
         if status.queue is None:
             self.stdout.write(f"Queue: unknown ({status.queue_error})")
         else:

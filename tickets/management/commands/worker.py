@@ -52,7 +52,17 @@ class Command(BaseCommand):
             "--reconcile-every",
             type=float,
             metavar="SECONDS",
-            help="In --serve, republish registrations whose publish was lost, this often.",
+            help="In --serve, republish registrations whose publish was lost, this often (as `reconcile` does).",
+        )
+        parser.add_argument(
+            "--limit", type=int, default=100, help="With --reconcile-every: per reconcile pass (default 100)."
+        )
+        parser.add_argument(
+            "--older-than",
+            type=float,
+            default=60,
+            metavar="SECONDS",
+            help="With --reconcile-every: the grace period (default 60).",
         )
 
     @staticmethod
@@ -73,6 +83,8 @@ class Command(BaseCommand):
             )
         if options["reconcile_every"] is not None and not options["serve"]:
             raise CommandError("--reconcile-every only makes sense with --serve.", returncode=2)
+        if options["limit"] < 1 or options["older_than"] < 0:
+            raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
             handler = import_string(options["handler"])
         except ImportError as error:
@@ -86,6 +98,7 @@ class Command(BaseCommand):
             stdout=self.stdout,
             prefetch=self.prefetch(options),
             reconcile_every=options["reconcile_every"],
+            reconcile_options={"limit": options["limit"], "older_than": options["older_than"]},
             batch=options["batch"],
             batch_ms=options["batch_ms"],
         )
@@ -101,7 +114,9 @@ class Command(BaseCommand):
                 self.stdout.write("No ready registrations")
         except KeyboardInterrupt:
             # The connection closes unacked: RabbitMQ hands the delivery back.
-            raise CommandError("Interrupted; the delivery goes back to RabbitMQ.", returncode=130) from None
+            raise CommandError(
+                f"Interrupted; the delivery goes back to RabbitMQ.{worker.limit_note()}", returncode=130
+            ) from None
         except broker.BrokerError as error:
             raise CommandError(str(error), returncode=3) from None
         except Exception as error:

@@ -1,0 +1,63 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from tickets import broker, services
+from tickets.models import ParkedDelivery
+
+
+class Command(BaseCommand):
+    help = (
+        "Parked deliveries: what used up its delivery limit and waits for a person. "
+        "`parked` lists them; `parked collect` moves RabbitMQ's dead letters into the database "
+        "(reconcile does this too); `parked requeue R-0003` publishes one again; `parked discard R-0003` gives up on it."
+    )
+
+    def add_arguments(self, parser):
+        actions = parser.add_subparsers(dest="action", metavar="{list,collect,requeue,discard}")
+        actions.add_parser("list", help="List parked deliveries waiting for staff (the default).")
+        actions.add_parser("collect", help="Move the dead-letter queue into the database: record, then ack.")
+        for name, what in (("requeue", "Publish it again"), ("discard", "Give up on it")):
+            action = actions.add_parser(name, help=f"{what}; leaves a trace.")
+            action.add_argument("code", help="Registration ID, e.g. R-0003.")
+
+    def handle(self, *args, **options):
+        action = options["action"] or "list"
+        try:
+            if action == "collect":
+                self.collect()
+            elif action == "requeue":
+                registration = services.requeue_parked(
+                    code=options["code"], actor=services.command_line_actor("parked requeue")
+                )
+                self.stdout.write(f"Requeued {registration.code}: it is pending again and is being published.")
+            elif action == "discard":
+                registration = services.discard_parked(
+                    code=options["code"], actor=services.command_line_actor("parked discard")
+                )
+                self.stdout.write(f"Discarded {registration.code}: it stays parked, without a ticket.")
+            else:
+                self.show_list()
+        except services.NightjarError as error:
+            raise CommandError(str(error), returncode=1) from None
+        except broker.BrokerError as error:
+            raise CommandError(f"Stopped: {error}", returncode=3) from None
+
+    def collect(self):
+        report = services.collect_dead_letters()
+        for code in report.parked:
+            self.stdout.write(f"Parked {code}")
+        for code in report.requeued:
+            self.stdout.write(f"Requeued {code} (dead-lettered by interruptions alone)")
+        self.stdout.write(
+            f"Collected {len(report.parked) + len(report.requeued) + report.dropped + report.rejected} dead letters: "
+            f"{len(report.parked)} parked, {len(report.requeued)} requeued, "
+            f"{report.rejected} rejected messages, {report.dropped} already had their ticket."
+        )
+
+    def show_list(self):
+        waiting = ParkedDelivery.objects.filter(resolution="").select_related("registration")
+        for parked in waiting:
+            code = parked.registration.code if parked.registration else "(no registration)"
+            self.stdout.write(
+                f"{code}  parked {parked.parked:%Y-%m-%d %H:%M:%S}  after {parked.attempts} deliveries  {parked.reason}"
+            )
+        self.stdout.write(f"{len(waiting)} parked deliveries wait for staff.")
