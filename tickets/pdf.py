@@ -64,14 +64,18 @@ MARGIN = 15 * mm
 NAME_WIDTH = A5[0] - 2 * MARGIN
 NAME_HEIGHT = 34 * mm  # the name's block: room for the rows and the QR code below it
 LEADING = 1.2
-NAME_SIZES = range(22, 5, -1)
+SINGLE_LINE_SIZES = range(22, 11, -1)
+WRAPPED_SIZES = range(16, 5, -1)
 
 
 def name_layout(name: str) -> tuple[str, int, list[str]]:
-    """Font, size and lines for the guest's name: the largest size at which
-    the wrapped name fits the name block (shrink first, then wrap)."""
+    """Font, size and lines for the guest's name: shrink to fit one line down
+    to 12 pt; past that, wrap at the largest size whose lines fit the block."""
     font = font_for(name)
-    for size in NAME_SIZES:
+    for size in SINGLE_LINE_SIZES:
+        if pdfmetrics.stringWidth(name, font, size) <= NAME_WIDTH:
+            return font, size, [name]
+    for size in WRAPPED_SIZES:
         lines = wrap(name, font, size, NAME_WIDTH)
         if len(lines) * size * LEADING <= NAME_HEIGHT:
             return font, size, lines

@@ -38,6 +38,6 @@ class Command(BaseCommand):
         if len(report.published) > SHOWN:
             self.stdout.write(f"... and {len(report.published) - SHOWN} more")
         self.stdout.write(
-            f"Republished {len(report.published)} in {report.passes} pass(es); "
-            f"{report.remaining} pending remain beyond this batch."
+            f"Republished {len(report.published)}; {report.remaining} pending remain beyond this batch "
+            f"({report.passes} pass(es) of at most {options['limit']})."
         )
