@@ -79,6 +79,11 @@ X_FRAME_OPTIONS = "DENY"
 # Lab mode: "Your registrations" lists every registration, as the learner lab
 # expects. The local run (bin/run) turns it on.
 NIGHTJAR_LAB = envbool("NIGHTJAR_LAB", False)
+# The learner's handler folder (`manage.py lab start` writes handler.py there).
+NIGHTJAR_LAB_DIR = Path(os.environ.get("NIGHTJAR_LAB_DIR") or BASE_DIR / "lab")
+# The worker's per-delivery handler: a dotted path or a .py file. Empty: the
+# safe tickets.handler.handle, or in lab mode the learner's file once it exists.
+NIGHTJAR_HANDLER = os.environ.get("NIGHTJAR_HANDLER", "")
 
 # The broker. The default is the project-local node that bin/run starts.
 RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5673/%2F")

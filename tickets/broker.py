@@ -449,6 +449,14 @@ def unacked_count() -> tuple[int | None, str]:
     return int(data.get("messages_unacknowledged", 0)), ""
 
 
+def purge_queues() -> None:
+    """Empty the work and dead-letter queues (the lab's reset)."""
+    with short_channel("purge queues") as channel:
+        declare(channel)
+        channel.queue_purge(queue_name())
+        channel.queue_purge(dead_letter_queue_name())
+
+
 def delete_queues() -> None:
     """Delete the work and dead-letter queues (verify_handler's throwaway ones)."""
     with short_channel("delete queues") as channel:

@@ -505,6 +505,40 @@ def seed_demo() -> tuple[Registration, bool]:
     return registration, created
 
 
+def reset_demo() -> int:
+    """Lab only: delete every registration but Mina Patel's (with their
+    tickets, keys and records), restart the numbering after R-0001 and T-0001,
+    and empty the queues. Returns how many registrations went."""
+    others = Registration.objects.exclude(pk=1)
+    count = others.count()
+    with transaction.atomic():
+        for model in (StaffAction, DeliveryFailure, ParkedDelivery, RejectedMessage, Ticket, Completion):
+            model.objects.exclude(registration_id=1).delete()
+        Ticket.objects.filter(registration_id=1).exclude(
+            pk=Ticket.objects.filter(registration_id=1).order_by("pk").values("pk")[:1]
+        ).delete()
+        others.delete()
+        seed_demo()
+        _restart_numbering([Registration, Ticket])
+    broker.purge_queues()
+    return count
+
+
+def _restart_numbering(models) -> None:
+    """The next row gets max(id) + 1, so the lab's outputs (R-0002...) hold again."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            for model in models:
+                table = model._meta.db_table
+                cursor.execute(
+                    f"UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(id), 0) FROM {table}) WHERE name = %s",
+                    [table],
+                )
+        else:
+            for statement in connection.ops.sequence_reset_sql(no_style(), models):
+                cursor.execute(statement)
+
+
 @dataclass
 class AuditReport:
     violations: list[str] = field(default_factory=list)

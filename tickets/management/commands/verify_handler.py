@@ -3,10 +3,8 @@ import os
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.utils.module_loading import import_string
 
-from tickets import broker, verify
-from tickets.management.commands.worker import DEFAULT_HANDLER
+from tickets import broker, lab, verify
 
 
 class Command(BaseCommand):
@@ -16,16 +14,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--handler", default=DEFAULT_HANDLER, help=f"Dotted path (default {DEFAULT_HANDLER}).")
+        parser.add_argument(
+            "--handler", help="Dotted path or .py file (default: what `worker` would use, see its --handler)."
+        )
         # Set by the command itself for the child process that runs the scenarios.
         parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
 
     def handle(self, *args, **options):
-        handler = options["handler"]
+        handler = options["handler"] or lab.default_handler()
         try:
-            import_string(handler)
-        except ImportError as error:
-            raise CommandError(f"Cannot load handler {handler!r}: {error}", returncode=2) from None
+            lab.load_handler(handler)
+        except lab.HandlerError as error:
+            raise CommandError(str(error), returncode=2) from None
         if options["inside"]:
             self.run_scenarios(handler)
             return

@@ -1,15 +1,12 @@
 import logging
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils.module_loading import import_string
 
-from tickets import broker
+from tickets import broker, lab
 from tickets.checkpoints import CHECKPOINTS, CRASHES, Pause
 from tickets.worker import Worker
 
 logger = logging.getLogger("tickets.worker")
-
-DEFAULT_HANDLER = "tickets.handler.handle"
 
 
 class Command(BaseCommand):
@@ -27,7 +24,11 @@ class Command(BaseCommand):
             "--crash", choices=sorted(CRASHES), help="Exit abruptly: before (21) the write, after (22) the commit."
         )
         parser.add_argument(
-            "--handler", default=DEFAULT_HANDLER, help=f"Dotted path of the handler (default {DEFAULT_HANDLER})."
+            "--handler",
+            help=(
+                f"Dotted path or .py file of the handler (default: NIGHTJAR_HANDLER; in lab mode the learner's "
+                f"lab/handler.py once `lab start` made it; else {lab.SAFE_HANDLER})."
+            ),
         )
         parser.add_argument(
             "--prefetch",
@@ -77,7 +78,7 @@ class Command(BaseCommand):
             raise CommandError("--prefetch must be at least 1.", returncode=2)
         if options["batch"] is not None and not 1 <= options["batch"] <= 1000:
             raise CommandError("--batch must be between 1 and 1000.", returncode=2)
-        if options["batch"] and options["handler"] != DEFAULT_HANDLER:
+        if options["batch"] and options["handler"]:
             raise CommandError(
                 "--handler picks the per-delivery handler; batch mode uses tickets/batch.py.", returncode=2
             )
@@ -86,9 +87,12 @@ class Command(BaseCommand):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
-            handler = import_string(options["handler"])
-        except ImportError as error:
-            raise CommandError(f"Cannot load handler {options['handler']!r}: {error}", returncode=2) from None
+            # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
+            handler = lab.load_handler(options["handler"] or lab.default_handler())
+        except lab.HandlerError as error:
+            raise CommandError(
+                f"{error} Nothing was taken from RabbitMQ; fix it and run again.", returncode=2
+            ) from None
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)

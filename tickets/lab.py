@@ -1,0 +1,243 @@
+"""The learner's exercise: the learner's own handler file, loading it (only
+the worker and verify_handler do; the web never imports it), and grading it.
+
+`lab start` copies tickets/lab_files/start_handler.py to lab/handler.py
+(NIGHTJAR_LAB_DIR); in lab mode the worker and verify_handler then use that
+file unless NIGHTJAR_HANDLER or --handler says otherwise.
+"""
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+SAFE_HANDLER = "tickets.handler.handle"
+START_FILE = Path(__file__).resolve().parent / "lab_files" / "start_handler.py"
+# The guests the exercise in docs/lab.md registers; `lab check` wants exactly
+# one downloadable ticket for each registration of each name.
+EXERCISE_GUESTS = [
+    "Normal guest",
+    "Early ack",
+    "Ack after commit",
+    "Second window",
+    "Inside",
+    "After commit",
+    "Same name",
+]
+
+
+class HandlerError(Exception):
+    """The handler cannot be loaded; str() is a short sentence naming the line."""
+
+
+class LabModeOff(Exception):
+    pass
+
+
+def handler_file() -> Path:
+    return Path(settings.NIGHTJAR_LAB_DIR) / "handler.py"
+
+
+def require_lab_mode() -> None:
+    if not settings.NIGHTJAR_LAB:
+        raise LabModeOff(
+            "The lab runs only in lab mode (NIGHTJAR_LAB=1, which bin/run sets); lab mode is off here, "
+            "as in production."
+        )
+
+
+def default_handler() -> str:
+    """NIGHTJAR_HANDLER if set; in lab mode the learner's file once `lab start`
+    made it; otherwise the safe handler."""
+    if settings.NIGHTJAR_HANDLER:
+        return settings.NIGHTJAR_HANDLER
+    if settings.NIGHTJAR_LAB and handler_file().exists():
+        return str(handler_file())
+    return SAFE_HANDLER
+
+
+def load_handler(spec: str) -> Callable:
+    """A dotted path (tickets.handler.handle) or a file path (lab/handler.py,
+    whose handle() is used). Raises HandlerError with a short sentence."""
+    if not spec.endswith(".py"):
+        try:
+            return import_string(spec)
+        except ImportError as error:
+            raise HandlerError(f"Cannot load handler {spec!r}: {error}") from None
+    path = Path(spec)
+    if not path.exists():
+        raise HandlerError(f"There is no handler file {path}; `python manage.py lab start` makes one.")
+    module_spec = importlib.util.spec_from_file_location("nightjar_learner_handler", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except SyntaxError as error:  # IndentationError and TabError are SyntaxErrors too
+        where = f"line {error.lineno}" if error.lineno else "somewhere"
+        text = f": {error.text.strip()}" if error.text and error.text.strip() else ""
+        raise HandlerError(f"{path}, {where}: {error.msg}{text}") from None
+    except Exception as error:
+        line = _line_in(error, path)
+        raise HandlerError(f"{path}{line}: {type(error).__name__}: {error}") from None
+    handle = getattr(module, "handle", None)
+    if not callable(handle):
+        raise HandlerError(f"{path} has no handle(message, ack, pause=None) function.")
+    return handle
+
+
+def _line_in(error: BaseException, path: Path) -> str:
+    frames = [frame for frame in _frames(error) if Path(frame.f_code.co_filename) == path]
+    return f", line {frames[-1].f_lineno}" if frames else ""
+
+
+def _frames(error: BaseException):
+    traceback = error.__traceback__
+    while traceback is not None:
+        yield traceback.tb_frame
+        traceback = traceback.tb_next
+
+
+def start(*, force: bool = False) -> Path:
+    """Write the starting handler for the learner; never over their work unless forced."""
+    require_lab_mode()
+    target = handler_file()
+    if target.exists() and not force:
+        raise HandlerError(f"{target} already exists; your changes are kept. Use --force to start over.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(START_FILE.read_text())
+    return target
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    sentence: str
+
+    def line(self) -> str:
+        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.sentence}"
+
+
+def loaded_in_this_process() -> bool:
+    """True if the learner's file was imported here (the web must never)."""
+    return "nightjar_learner_handler" in sys.modules
+
+
+# What to look at when a verify_handler scenario fails, by what its reason says.
+ACK_HINT = "look at where handle() calls ack(): it must come after the transaction commits."
+KEY_HINT = (
+    "look at the completion key: insert it (Completion.objects.insert_if_new) in the same transaction as the "
+    "ticket, and make the ticket only when the key is new."
+)
+
+
+def hint(reason: str) -> str:
+    if "acked before" in reason:
+        return ACK_HINT
+    if "tickets" in reason or "completion key" in reason:
+        return KEY_HINT
+    return "see docs/lab.md"
+
+
+def grade(handler: str) -> list[Check]:
+    """The teacher's checks: the handler through verify_handler's scenarios on
+    a disposable database and queue, then the real data (read only)."""
+    from tickets import verify
+
+    lines: list[str] = []
+    status = verify.run_isolated(handler, stdout=_Collect(lines))
+    checks = []
+    for line in lines:
+        verdict, _, rest = line.partition("  ")
+        if verdict not in ("PASS", "FAIL"):
+            continue
+        scenario, _, reason = rest.partition(": ")
+        sentence = reason if verdict == "PASS" else f"{reason}; {hint(reason)}"
+        checks.append(Check(f"handler, {scenario}", verdict == "PASS", sentence))
+    if not checks:
+        tail = " / ".join(lines[-3:]) or f"exit status {status}"
+        checks.append(Check("handler", False, f"verify_handler could not run it ({tail})."))
+    return checks + data_checks()
+
+
+class _Collect:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def data_checks() -> list[Check]:
+    """The real data, read only: what a teacher would look at after the exercise."""
+    from django.db.models import Count, Exists, OuterRef
+
+    from tickets import pdf, services
+    from tickets.models import Completion, Registration, Ticket
+
+    has_ticket = Exists(Ticket.objects.filter(registration=OuterRef("pk")))
+    has_key = Exists(Completion.objects.filter(registration=OuterRef("pk")))
+
+    def codes(rows) -> list[str]:
+        return [r.code for r in rows.order_by("pk")[:10]]
+
+    def check(name: str, found: list[str], passed: str, failed: str) -> Check:
+        if not found:
+            return Check(name, True, passed)
+        return Check(name, False, failed.format(codes=", ".join(found), first=found[0]))
+
+    checks = [
+        check(
+            "no lost registrations",
+            codes(services.pending_registrations().filter(~has_ticket)),
+            "every registration has a ticket",
+            "{codes} has no ticket: its delivery was lost. Run `python manage.py retry {first}`, then the worker.",
+        ),
+        check(
+            "no duplicate tickets",
+            codes(Registration.objects.annotate(n=Count("tickets")).filter(n__gt=1)),
+            "no registration has two tickets",
+            "{codes} has more than one ticket: `python manage.py repair {first}` shows the plan, `--apply` does it.",
+        ),
+        check(
+            "every ticket has its completion key",
+            codes(Registration.objects.filter(has_ticket, ~has_key)),
+            "keys and tickets in pairs",
+            "{codes} has a ticket but no completion key (an earlier version of your handler made it): a "
+            "redelivery would make a second ticket. `python manage.py repair {first} --apply` adds the key.",
+        ),
+    ]
+    mina = Registration.objects.filter(pk=1, name=services.DEMO_NAME).first()
+    intact = mina is not None and mina.tickets.count() == 1 and Completion.objects.filter(registration=mina).exists()
+    checks.append(
+        Check("Mina Patel's ticket intact", True, "R-0001 has her one ticket")
+        if intact
+        else Check(
+            "Mina Patel's ticket intact",
+            False,
+            "R-0001 (Mina Patel) must keep exactly one ticket and its key; `python manage.py lab reset` puts her back.",
+        )
+    )
+    for name in EXERCISE_GUESTS:
+        registrations = list(Registration.objects.filter(name=name).order_by("pk"))
+        wanted = 2 if name == "Same name" else 1
+        if len(registrations) < wanted:
+            times = f"{wanted} times" if wanted > 1 else "once"
+            checks.append(Check(f"guest {name!r}", False, f"register {name!r} {times}, as docs/lab.md says."))
+            continue
+        wrong = [r.code for r in registrations if r.tickets.count() != 1]
+        if wrong:
+            checks.append(Check(f"guest {name!r}", False, f"{', '.join(wrong)} must have exactly one ticket."))
+            continue
+        for ticket in Ticket.objects.filter(registration__in=registrations):
+            pdf.render(ticket)  # downloadable: the PDF renders
+        listed = ", ".join(r.code for r in registrations)
+        checks.append(Check(f"guest {name!r}", True, f"{listed}: one downloadable ticket each"))
+    report = services.audit_invariants(pending_older_than=10**9)
+    checks.append(
+        Check("audit", report.passed, "every invariant holds" if report.passed else "; ".join(report.violations))
+    )
+    return checks

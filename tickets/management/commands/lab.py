@@ -1,0 +1,63 @@
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from tickets import broker, lab, services
+
+
+class Command(BaseCommand):
+    help = (
+        "The learner's exercise (lab mode only). `lab start` makes your handler file, lab/handler.py, which the "
+        "worker then uses; `lab check` grades it (disposable database and queue, then your real data, read only); "
+        "`lab reset` puts the demo back, keeping Mina Patel."
+    )
+
+    def add_arguments(self, parser):
+        actions = parser.add_subparsers(dest="action", metavar="{start,check,reset}", required=True)
+        start = actions.add_parser("start", help="Create lab/handler.py with the starting (unsafe) version.")
+        start.add_argument("--force", action="store_true", help="Overwrite an existing lab/handler.py.")
+        actions.add_parser("check", help="Grade the handler and the exercise's data; PASS/FAIL per check.")
+        reset = actions.add_parser("reset", help="Delete every registration but Mina Patel's, after asking.")
+        reset.add_argument("--yes", action="store_true", help="Do not ask.")
+
+    def handle(self, *args, **options):
+        try:
+            lab.require_lab_mode()
+            getattr(self, f"do_{options['action']}")(options)
+        except (lab.LabModeOff, lab.HandlerError) as error:
+            raise CommandError(str(error), returncode=2) from None
+        except broker.BrokerError as error:
+            raise CommandError(f"Stopped: {error}", returncode=3) from None
+
+    def do_start(self, options):
+        path = lab.start(force=options["force"])
+        self.stdout.write(f"Your handler is {path}. It acks first, then writes the ticket: not safe yet.")
+        self.stdout.write("In lab mode `python manage.py worker` now runs it (NIGHTJAR_HANDLER or --handler override).")
+        self.stdout.write("Next: docs/lab.md, step 1. When you think it is safe: python manage.py lab check")
+
+    def do_check(self, options):
+        handler = lab.default_handler()
+        self.stdout.write(f"Checking {handler} on a disposable database and queue, then your data (read only)...")
+        checks = lab.grade(handler)
+        for check in checks:
+            self.stdout.write(check.line())
+        failed = sum(not check.passed for check in checks)
+        if failed:
+            raise CommandError(f"{failed} of {len(checks)} checks failed: see the FAIL lines above.", returncode=1)
+        self.stdout.write(f"All {len(checks)} checks passed: your handler is safe and the exercise is complete.")
+
+    def do_reset(self, options):
+        if not options["yes"]:
+            if not sys.stdin.isatty():
+                raise CommandError(
+                    "lab reset deletes data: run it in a terminal to confirm, or add --yes.", returncode=2
+                )
+            answer = input(
+                "This deletes every registration except Mina Patel's (R-0001), with their tickets, and empties the "
+                "queue. Type yes to go on: "
+            )
+            if answer.strip().lower() != "yes":
+                self.stdout.write("Nothing was deleted.")
+                return
+        deleted = services.reset_demo()
+        self.stdout.write(f"Deleted {deleted} registrations; Mina Patel (R-0001) and her ticket are back; queue empty.")
