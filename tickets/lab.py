@@ -42,6 +42,14 @@ def handler_file() -> Path:
     return Path(settings.NIGHTJAR_LAB_DIR) / "handler.py"
 
 
+def shown(spec: str) -> str:
+    """A handler file as the learner would type it (relative to here when inside)."""
+    path = Path(spec)
+    if spec.endswith(".py") and path.is_absolute() and path.is_relative_to(Path.cwd()):
+        return str(path.relative_to(Path.cwd()))
+    return spec
+
+
 def require_lab_mode() -> None:
     if not settings.NIGHTJAR_LAB:
         raise LabModeOff(
@@ -194,19 +202,19 @@ def data_checks() -> list[Check]:
             "no lost registrations",
             codes(services.pending_registrations().filter(~has_ticket)),
             "every registration has a ticket",
-            "{codes} has no ticket: its delivery was lost. Run `python manage.py retry {first}`, then the worker.",
+            "no ticket for {codes}: its delivery was lost. Run `python manage.py retry {first}`, then the worker.",
         ),
         check(
             "no duplicate tickets",
             codes(Registration.objects.annotate(n=Count("tickets")).filter(n__gt=1)),
             "no registration has two tickets",
-            "{codes} has more than one ticket: `python manage.py repair {first}` shows the plan, `--apply` does it.",
+            "more than one ticket for {codes}: `python manage.py repair {first}` shows the plan, `--apply` does it.",
         ),
         check(
             "every ticket has its completion key",
             codes(Registration.objects.filter(has_ticket, ~has_key)),
             "keys and tickets in pairs",
-            "{codes} has a ticket but no completion key (an earlier version of your handler made it): a "
+            "a ticket but no completion key for {codes} (an earlier version of your handler made them): a "
             "redelivery would make a second ticket. `python manage.py repair {first} --apply` adds the key.",
         ),
     ]

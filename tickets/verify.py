@@ -20,7 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 
-from tickets import broker, services
+from tickets import broker, lab, services
 from tickets.models import Completion
 
 ROOT = Path(settings.BASE_DIR)
@@ -191,7 +191,7 @@ class Scenarios:
             self.say(verdict.line())
         broker.delete_queues()
         passed = sum(verdict.passed for verdict in verdicts)
-        self.say(f"{passed} of {len(verdicts)} scenarios passed with {self.handler}.")
+        self.say(f"{passed} of {len(verdicts)} scenarios passed with {lab.shown(self.handler)}.")
         return passed == len(verdicts)
 
     def drain_leftovers(self) -> None:

@@ -60,6 +60,7 @@ class Worker:
         self.rejected = 0
         self.failed = 0
         self.current: broker.Delivery | None = None  # the delivery the handler is on
+        self.current_acked = False
 
     def say(self, line: str) -> None:
         # Flushed at once: learners and tests read these lines as they happen.
@@ -150,18 +151,26 @@ class Worker:
             self.reject(delivery, str(error))
             return
         self.say(f"Received {message.code} redelivered={delivery.redelivered}")
-        self.current = delivery
-        self.handler(message, lambda: self.consumer.ack(delivery.tag, flush=self.flush_acks), self.pause)
+        self.current, self.current_acked = delivery, False
+        self.handler(message, lambda: self.ack_current(delivery), self.pause)
         self.handled += 1
         self.say("Handler returned.")
 
-    def limit_note(self) -> str:
-        """What an interruption costs: RabbitMQ counts every return (3.x) towards the delivery limit."""
+    def ack_current(self, delivery: broker.Delivery) -> None:
+        self.consumer.ack(delivery.tag, flush=self.flush_acks)
+        self.current_acked = True
+
+    def interrupted(self) -> str:
+        """What a Ctrl+C at a checkpoint did to the delivery, in one honest sentence."""
+        if self.current is not None and self.current_acked:
+            return "Interrupted; the delivery was already acked, so RabbitMQ has forgotten it: nothing goes back."
+        sentence = "Interrupted; the delivery goes back to RabbitMQ."
         if self.current is None:
-            return ""
+            return sentence
+        # RabbitMQ 3.x counts every return towards the delivery limit, a Ctrl+C too.
         returns, limit = self.current.attempts + 1, settings.NIGHTJAR_DELIVERY_LIMIT
         return (
-            f" It has gone back {returns} time(s); past {limit} returns RabbitMQ dead-letters it,"
+            f"{sentence} It has gone back {returns} time(s); past {limit} returns RabbitMQ dead-letters it,"
             " and the next reconcile publishes it again (no failure was recorded)."
         )
 

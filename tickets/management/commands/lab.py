@@ -31,13 +31,17 @@ class Command(BaseCommand):
 
     def do_start(self, options):
         path = lab.start(force=options["force"])
-        self.stdout.write(f"Your handler is {path}. It acks first, then writes the ticket: not safe yet.")
+        self.stdout.write(
+            f"Your handler is {lab.shown(str(path))}. It acks first, then writes the ticket: not safe yet."
+        )
         self.stdout.write("In lab mode `python manage.py worker` now runs it (NIGHTJAR_HANDLER or --handler override).")
         self.stdout.write("Next: docs/lab.md, step 1. When you think it is safe: python manage.py lab check")
 
     def do_check(self, options):
         handler = lab.default_handler()
-        self.stdout.write(f"Checking {handler} on a disposable database and queue, then your data (read only)...")
+        self.stdout.write(
+            f"Checking {lab.shown(handler)} on a disposable database and queue, then your data (read only)..."
+        )
         checks = lab.grade(handler)
         for check in checks:
             self.stdout.write(check.line())

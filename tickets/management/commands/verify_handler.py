@@ -29,10 +29,10 @@ class Command(BaseCommand):
         if options["inside"]:
             self.run_scenarios(handler)
             return
-        self.stdout.write(f"Verifying {handler} on a disposable database and queue...")
+        self.stdout.write(f"Verifying {lab.shown(handler)} on a disposable database and queue...")
         status = verify.run_isolated(handler, stdout=self.stdout)
         if status != 0:
-            raise CommandError(f"{handler} is not safe: see the FAIL lines above.", returncode=1)
+            raise CommandError(f"{lab.shown(handler)} is not safe: see the FAIL lines above.", returncode=1)
 
     def run_scenarios(self, handler: str) -> None:
         database = str(settings.DATABASES["default"]["NAME"])

@@ -117,10 +117,8 @@ class Command(BaseCommand):
             elif not worker.take_one():
                 self.stdout.write("No ready registrations")
         except KeyboardInterrupt:
-            # The connection closes unacked: RabbitMQ hands the delivery back.
-            raise CommandError(
-                f"Interrupted; the delivery goes back to RabbitMQ.{worker.limit_note()}", returncode=130
-            ) from None
+            # The connection closes: RabbitMQ hands back what was not acked.
+            raise CommandError(worker.interrupted(), returncode=130) from None
         except broker.BrokerError as error:
             raise CommandError(str(error), returncode=3) from None
         except Exception as error:
