@@ -70,11 +70,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import Max, Min  # noqa: E402
 
-from tickets import (  # noqa: E402
-    broker,
-    contract,
-    services,  # noqa: E402
-)
+from tickets import contract, services, transport  # noqa: E402
 from tickets.models import (  # noqa: E402
     Completion,
     DeliveryFailure,
@@ -84,6 +80,7 @@ from tickets.models import (  # noqa: E402
     StaffAction,
     Ticket,
 )
+from tickets.transport import amqp  # noqa: E402
 
 RUNS = 3
 RESULTS: dict[str, dict] = {}
@@ -127,15 +124,15 @@ def prepare(n: int) -> None:
 
 
 def publish_bulk(bodies: list[bytes]) -> None:
-    connection_ = pika.BlockingConnection(broker.parameters())
+    connection_ = pika.BlockingConnection(amqp.parameters())
     channel = connection_.channel()
-    broker.declare(channel)
-    channel.queue_purge(broker.queue_name())
+    amqp.declare(channel)
+    channel.queue_purge(transport.queue_name())
     props = pika.BasicProperties(delivery_mode=2, content_type="application/json")
     for body in bodies:
-        channel.basic_publish("", broker.queue_name(), body, props)
+        channel.basic_publish("", transport.queue_name(), body, props)
     deadline = time.monotonic() + 120
-    while channel.queue_declare(broker.queue_name(), passive=True).method.message_count < len(bodies):
+    while channel.queue_declare(transport.queue_name(), passive=True).method.message_count < len(bodies):
         assert time.monotonic() < deadline, "RabbitMQ did not take the messages in time"
         connection_.sleep(0.05)
     connection_.close()
@@ -188,7 +185,7 @@ def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
     db = sqlite3.connect(str(FOLDER / "bench.sqlite3"), isolation_level=None, timeout=20)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
-    conn = pika.BlockingConnection(broker.parameters())
+    conn = pika.BlockingConnection(amqp.parameters())
     channel = conn.channel()
     channel.basic_qos(prefetch_count=prefetch)
     done = 0
@@ -211,7 +208,7 @@ def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
                 )
         db.execute("COMMIT")
 
-    for method, _props, body in channel.consume(broker.queue_name(), inactivity_timeout=2):
+    for method, _props, body in channel.consume(transport.queue_name(), inactivity_timeout=2):
         if method is None:
             break
         if not first:
@@ -466,9 +463,9 @@ def bench_backlog(n: int) -> None:
     seconds = []
     for _ in range(RUNS):
         reset_database()
-        with broker.short_channel("purge") as channel:
-            broker.declare(channel)
-            channel.queue_purge(broker.queue_name())
+        with amqp.short_channel("purge") as channel:
+            amqp.declare(channel)
+            channel.queue_purge(transport.queue_name())
         old = datetime.now(UTC).replace(year=2000)
         Registration.objects.bulk_create(
             [Registration(name=f"Backlog {i}", created=old) for i in range(n)], batch_size=2000
@@ -494,7 +491,7 @@ def main() -> int:
     random.seed(1)
     n = 3000 if args.quick else 20000
     RUNS = 1 if args.quick else 3
-    say(f"Nightjar benchmark: {os.cpu_count()} cores, SQLite (WAL) in {FOLDER}, RabbitMQ {broker.masked_url()}")
+    say(f"Nightjar benchmark: {os.cpu_count()} cores, SQLite (WAL) in {FOLDER}, RabbitMQ {transport.masked_url()}")
     call_command("migrate", verbosity=0)
     try:
         if "raw" in args.only:
@@ -514,7 +511,7 @@ def main() -> int:
         if "backlog" in args.only:
             bench_backlog(2000 if args.quick else 10_000)
     finally:
-        broker.delete_queues()
+        transport.delete_queues()
         if OWN_NODE:
             subprocess.run([str(ROOT / "bin" / "rabbitmq-node"), "stop", str(OWN_NODE)], capture_output=True)
     Path(args.json).write_text(json.dumps(RESULTS, indent=2))

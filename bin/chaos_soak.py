@@ -45,8 +45,9 @@ class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.folder = Path(tempfile.mkdtemp(prefix="nightjar-chaos-"))
-        self.rabbit_dir = self.folder / "rabbitmq"
-        self.rabbit_port = free_port(rabbitmq=True)
+        self.broker = "redis" if args.transport == "redis" else "rabbitmq"
+        self.rabbit_dir = self.folder / self.broker
+        self.rabbit_port = free_port(rabbitmq=self.broker == "rabbitmq")
         self.web_port = free_port()
         self.env = {
             **os.environ,
@@ -58,6 +59,8 @@ class Soak:
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
             "NIGHTJAR_LOG_FORMAT": "plain",
+            # Killed workers' entries are claimed by the others quickly (Redis Streams).
+            "NIGHTJAR_CLAIM_IDLE_SECONDS": "2",
             "PYTHONUNBUFFERED": "1",
         }
         self.workers: list[subprocess.Popen | None] = [None] * args.workers
@@ -80,12 +83,13 @@ class Soak:
         return result
 
     def rabbit(self, action: str) -> None:
-        command = [str(ROOT / "bin" / "rabbitmq-node"), action, str(self.rabbit_dir)]
+        """Start or stop the broker (a RabbitMQ node, or redis-server with --transport redis)."""
+        command = [str(ROOT / "bin" / f"{self.broker}-node"), action, str(self.rabbit_dir)]
         if action == "start":
             command.append(str(self.rabbit_port))
         result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
         if action == "start":
-            self.env["RABBITMQ_URL"] = result.stdout.strip()
+            self.env["NIGHTJAR_BROKER_URL"] = result.stdout.strip()
             self.env["RABBITMQ_MANAGEMENT_URL"] = f"http://127.0.0.1:{self.rabbit_port + 10000}/"
 
     def start_worker(self, index: int) -> None:
@@ -94,7 +98,8 @@ class Soak:
         with open(log, "w") as out:
             self.workers[index] = subprocess.Popen(
                 [PYTHON, str(ROOT / "manage.py"), "worker", "--serve", "--prefetch", "10"],
-                env=self.env,
+                # One consumer name per slot, kept across restarts, as a service instance would.
+                env={**self.env, "NIGHTJAR_CONSUMER_NAME": f"chaos-{index}"},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -179,10 +184,10 @@ class Soak:
                 client.start()
             while self.posted < n // 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            self.say(f"{self.posted} posted; stopping RabbitMQ")
+            self.say(f"{self.posted} posted; stopping {self.broker}")
             self.rabbit("stop")
             time.sleep(2)
-            self.say(f"{self.posted} posted while RabbitMQ is down; starting it again")
+            self.say(f"{self.posted} posted while {self.broker} is down; starting it again")
             self.rabbit("start")
             self.broker_restarts += 1
             for client in clients:
@@ -229,7 +234,7 @@ class Soak:
         print(f"  registrations stored: {totals['registrations']}")
         print(f"  tickets:              {totals['tickets']}")
         print(f"  worker kills:         {self.kills} (SIGKILL), restarts: {self.restarts}")
-        print(f"  RabbitMQ restarts:    {self.broker_restarts}")
+        print(f"  {self.broker} restarts:    {self.broker_restarts}")
         print(f"  redeliveries seen:    {redeliveries}")
         print(f"  duration:             {duration:.1f} s")
         print(f"  audit:                {(audit.stdout + audit.stderr).strip()}")
@@ -245,6 +250,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registrations", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument(
+        "--transport", choices=["amqp", "redis"], default="amqp", help="RabbitMQ (default) or Redis Streams."
+    )
     parser.add_argument("--max-seconds", type=float, default=900, help="Give up after this long (default 900).")
     parser.add_argument(
         "--min-chaos-seconds",

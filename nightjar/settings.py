@@ -85,8 +85,11 @@ NIGHTJAR_LAB_DIR = Path(os.environ.get("NIGHTJAR_LAB_DIR") or BASE_DIR / "lab")
 # safe tickets.handler.handle, or in lab mode the learner's file once it exists.
 NIGHTJAR_HANDLER = os.environ.get("NIGHTJAR_HANDLER", "")
 
-# The broker. The default is the project-local node that bin/run starts.
-RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5673/%2F")
+# The broker; its scheme picks the transport (tickets/transport/). RABBITMQ_URL
+# is read too. The default is the project-local node that bin/run starts.
+NIGHTJAR_BROKER_URL = (
+    os.environ.get("NIGHTJAR_BROKER_URL") or os.environ.get("RABBITMQ_URL") or "amqp://guest:guest@127.0.0.1:5673/%2F"
+)
 # Optional: RabbitMQ's management API, for the unacknowledged count on the
 # admin's status page (bin/run's node serves it on port 15673).
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15673/")
@@ -97,6 +100,13 @@ NIGHTJAR_DELIVERY_LIMIT = envint("NIGHTJAR_DELIVERY_LIMIT", 20, minimum=1)
 # The longest a web request, a command or a health check waits on the broker
 # for one publish or one look: past it the registration is left for reconcile.
 NIGHTJAR_BROKER_TIMEOUT = envfloat("NIGHTJAR_BROKER_TIMEOUT", 1.0, minimum=0.05)
+# Redis Streams only: the stream's approximate length cap (about a day of
+# registrations and more), how long an entry must sit unacknowledged under
+# another consumer before a worker claims it, and this worker's consumer name
+# (stable across restarts; default: the host name).
+NIGHTJAR_STREAM_MAXLEN = envint("NIGHTJAR_STREAM_MAXLEN", 1_000_000, minimum=1000)
+NIGHTJAR_CLAIM_IDLE_SECONDS = envfloat("NIGHTJAR_CLAIM_IDLE_SECONDS", 60.0, minimum=0)
+NIGHTJAR_CONSUMER_NAME = os.environ.get("NIGHTJAR_CONSUMER_NAME", "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,6 +1,7 @@
-"""Test set-up: a real, throwaway RabbitMQ node for the whole run (unless
-RABBITMQ_URL is given), a fresh queue per test, and helpers to run the worker
-as a real process against the test database.
+"""Test set-up: a real, throwaway broker for the whole run — a RabbitMQ node,
+or a redis-server with NIGHTJAR_TEST_TRANSPORT=redis (unless
+NIGHTJAR_BROKER_URL is given) — a fresh queue per test, and helpers to run the
+worker as a real process against the test database.
 
 A node that cannot start is a failure, never a skip: every guarantee Nightjar
 makes is proven against the real broker.
@@ -21,24 +22,33 @@ import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
 from tests.ports import free_port
-from tickets import broker
+from tickets import transport
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class RabbitNode:
-    """The broker the tests use; `down()` takes it away for a while."""
+# Which transport this run proves: bin/test runs the suite once per transport.
+TRANSPORT = os.environ.get("NIGHTJAR_TEST_TRANSPORT", "amqp")
+if TRANSPORT not in ("amqp", "redis"):
+    raise RuntimeError(f"NIGHTJAR_TEST_TRANSPORT must be amqp or redis, not {TRANSPORT!r}.")
 
-    def __init__(self, url: str, folder: Path | None, management_url: str = "") -> None:
+
+class BrokerNode:
+    """The broker the tests use (a RabbitMQ node, or a redis-server); `down()`
+    takes it away for a while, `frozen()` stops its process."""
+
+    def __init__(self, url: str, folder: Path | None, management_url: str = "", port: int = 0) -> None:
         self.url = url
         self.folder = folder
         self.management_url = management_url
+        self.port = port
 
     def ctl(self, *args: str) -> None:
         subprocess.run(
@@ -48,18 +58,23 @@ class RabbitNode:
     def stop_app(self) -> None:
         if self.folder is None:
             # Not our node: make it unreachable for this process instead.
-            settings.RABBITMQ_URL = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"
+            settings.NIGHTJAR_BROKER_URL = self.url.replace(urlsplit(self.url).netloc, f"127.0.0.1:{free_port()}")
+        elif TRANSPORT == "redis":
+            subprocess.run([ROOT / "bin" / "redis-node", "stop", str(self.folder)], check=True, capture_output=True)
         else:
             self.ctl("stop_app")
-        broker.publisher.reset()
+        transport.reset()
 
     def start_app(self) -> None:
         if self.folder is None:
-            settings.RABBITMQ_URL = self.url
+            settings.NIGHTJAR_BROKER_URL = self.url
+        elif TRANSPORT == "redis":
+            start = [ROOT / "bin" / "redis-node", "start", str(self.folder), str(self.port)]
+            subprocess.run(start, check=True, capture_output=True)
         else:
             self.ctl("start_app")
             self.ctl("await_startup")
-        broker.publisher.reset()
+        transport.reset()
 
     @contextlib.contextmanager
     def down(self):
@@ -71,13 +86,17 @@ class RabbitNode:
 
     def own_node(self) -> Path:
         if self.folder is None:
-            pytest.fail("This test freezes or alarms the broker: it needs the node the tests start, not RABBITMQ_URL.")
+            pytest.fail("This test freezes or alarms the broker: it needs the node the tests start, not a given URL.")
         return self.folder
+
+    def pid(self) -> int:
+        pidfile = "redis.pid" if TRANSPORT == "redis" else "node.pid"
+        return int((self.own_node() / pidfile).read_text().strip())
 
     @contextlib.contextmanager
     def frozen(self):
-        """SIGSTOP the node's process: it accepts TCP (the kernel does) and answers nothing."""
-        pid = int((self.own_node() / "node.pid").read_text().strip())
+        """SIGSTOP the broker's process: it accepts TCP (the kernel does) and answers nothing."""
+        pid = self.pid()
         os.kill(pid, signal.SIGSTOP)
         try:
             yield
@@ -95,33 +114,43 @@ class RabbitNode:
             self.ctl("set_vm_memory_high_watermark", "0.4")
 
 
+def pytest_runtest_setup(item):
+    """A RabbitMQ-only test in a Redis run fails, never skips silently:
+    bin/test deselects them by marker (-m "not amqp_only")."""
+    if TRANSPORT == "redis" and item.get_closest_marker("amqp_only"):
+        pytest.fail("A RabbitMQ-only test in a Redis run: deselect it with -m 'not amqp_only'.", pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def rabbit(tmp_path_factory) -> RabbitNode:
-    given = os.environ.get("RABBITMQ_URL")
+def rabbit(tmp_path_factory) -> BrokerNode:
+    """The test run's broker: RabbitMQ, or redis-server with NIGHTJAR_TEST_TRANSPORT=redis."""
+    given = os.environ.get("NIGHTJAR_BROKER_URL") or os.environ.get("RABBITMQ_URL")
     if given:
-        node = RabbitNode(given, None, os.environ.get("RABBITMQ_MANAGEMENT_URL", ""))
-        yield node
+        yield BrokerNode(given, None, os.environ.get("RABBITMQ_MANAGEMENT_URL", ""))
         return
-    folder = tmp_path_factory.mktemp("rabbitmq")
-    port = free_port(rabbitmq=True)
-    result = subprocess.run(
-        [ROOT / "bin" / "rabbitmq-node", "start", str(folder), str(port)],
-        capture_output=True,
-        text=True,
-    )
+    folder = tmp_path_factory.mktemp(TRANSPORT)
+    if TRANSPORT == "redis":
+        port = free_port()
+        command, management_url = [ROOT / "bin" / "redis-node", "start", str(folder), str(port)], ""
+    else:
+        port = free_port(rabbitmq=True)
+        command = [ROOT / "bin" / "rabbitmq-node", "start", str(folder), str(port)]
+        management_url = f"http://127.0.0.1:{port + 10000}/"
+    result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        pytest.fail(f"The test RabbitMQ node did not start:\n{result.stderr}", pytrace=False)
-    node = RabbitNode(result.stdout.strip(), folder, f"http://127.0.0.1:{port + 10000}/")
+        pytest.fail(f"The test broker ({TRANSPORT}) did not start:\n{result.stderr}", pytrace=False)
+    node = BrokerNode(result.stdout.strip(), folder, management_url, port)
     try:
         yield node
     finally:
-        subprocess.run([ROOT / "bin" / "rabbitmq-node", "stop", str(folder)], capture_output=True)
+        stop = "redis-node" if TRANSPORT == "redis" else "rabbitmq-node"
+        subprocess.run([ROOT / "bin" / stop, "stop", str(folder)], capture_output=True)
 
 
 @pytest.fixture(autouse=True)
 def test_settings(settings, rabbit):
     """A queue of its own per test, so no test sees another's deliveries."""
-    settings.RABBITMQ_URL = rabbit.url
+    settings.NIGHTJAR_BROKER_URL = rabbit.url
     settings.RABBITMQ_MANAGEMENT_URL = rabbit.management_url
     settings.NIGHTJAR_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
     settings.NIGHTJAR_LAB = False
@@ -132,9 +161,9 @@ def test_settings(settings, rabbit):
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
-    broker.publisher.reset()
+    transport.reset()
     yield settings
-    broker.publisher.reset()
+    transport.reset()
 
 
 def database_url() -> str:
@@ -151,7 +180,7 @@ def worker_env(test_settings) -> dict[str, str]:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "nightjar.settings",
         "DATABASE_URL": database_url(),
-        "RABBITMQ_URL": test_settings.RABBITMQ_URL,
+        "NIGHTJAR_BROKER_URL": test_settings.NIGHTJAR_BROKER_URL,
         "RABBITMQ_MANAGEMENT_URL": test_settings.RABBITMQ_MANAGEMENT_URL,
         "NIGHTJAR_QUEUE": test_settings.NIGHTJAR_QUEUE,
         "PYTHONUNBUFFERED": "1",
@@ -297,15 +326,6 @@ class Guest:
                 return response.status, response.read().decode(), time.monotonic() - started
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode(), time.monotonic() - started
-
-
-def publish_raw(bodies: list[bytes], *, queue: str | None = None) -> None:
-    """Publish bodies exactly as given (no contract), as a hostile client would."""
-    with broker.short_channel("test publish") as channel:
-        broker.declare(channel)
-        channel.confirm_delivery()
-        for body in bodies:
-            channel.basic_publish(exchange="", routing_key=queue or broker.queue_name(), body=body)
 
 
 @pytest.fixture

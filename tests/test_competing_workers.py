@@ -4,6 +4,7 @@ exactly one ticket per registration."""
 import pytest
 from django.db.models import Count
 
+from tests.conftest import TRANSPORT
 from tickets import services
 from tickets.models import Completion, Registration, Ticket
 
@@ -16,7 +17,11 @@ def test_three_workers_draining_300_registrations_published_twice_make_300_ticke
     for registration in registrations:
         services.retry_registration(code=registration.code, actor="test")
 
-    running = [workers.start("--drain", *mode) for _ in range(3)]
+    # One consumer name per worker, as each service instance has in production
+    # (on Redis a shared name shares the pending list: see the test below).
+    running = [
+        workers.start("--drain", *mode, env={**workers.env, "NIGHTJAR_CONSUMER_NAME": f"w{n}"}) for n in range(3)
+    ]
     results = [worker.finish(timeout=180) for worker in running]
 
     assert [status for status, _ in results] == [0, 0, 0], results
@@ -25,3 +30,25 @@ def test_three_workers_draining_300_registrations_published_twice_make_300_ticke
     assert Completion.objects.count() == 300
     assert not Registration.objects.annotate(n=Count("tickets")).exclude(n=1).exists()
     assert workers.run(*mode).stdout.strip() == "No ready registrations"
+
+
+def test_two_workers_under_one_consumer_name_may_both_take_an_entry_yet_make_one_ticket(workers, rabbit):
+    """On Redis a consumer name is a pending list: a worker that starts under a
+    name another running worker uses reads that worker's unacknowledged
+    entries as its own (redelivered=True). The completion key keeps it to one
+    ticket. On RabbitMQ the name means nothing and this is plain competition."""
+    registration = services.register_guest(name="Shared Name")
+    env = {**workers.env, "NIGHTJAR_CONSUMER_NAME": "shared"}
+    holder = workers.start("--pause", "after-commit", env=env)
+    holder.wait_for("Paused after-commit.")  # committed, not acked
+    second = workers.start(env=env)
+    status, output = second.finish()
+    assert status == 0, output
+    if TRANSPORT == "redis":
+        assert f"Received {registration.code} redelivered=True" in output  # the holder's entry, read as its own
+    else:
+        assert output.strip() == "No ready registrations"  # RabbitMQ: the unacked delivery belongs to the holder
+    holder.send("")
+    assert holder.finish()[0] == 0
+    assert registration.tickets.count() == 1
+    assert Completion.objects.filter(registration=registration).count() == 1

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from tests.conftest import publish_raw
-from tickets import broker, contract
+from tickets import contract, transport
 from tickets.models import Registration, RejectedMessage, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,7 +61,7 @@ def expect_outcomes(bodies: list[bytes], registrations: list[Registration], publ
     for body, times in published.items():
         recorded = RejectedMessage.objects.filter(body_sha256=hashlib.sha256(body).hexdigest()).count()
         assert recorded == times, (body[:80], recorded, times)
-    counts = broker.queue_counts()
+    counts = transport.queue_counts()
     assert counts["ready"] == 0 and counts["dead"] == 0, counts
 
 
@@ -76,7 +75,7 @@ def test_each_nasty_body_is_recorded_once_and_its_valid_neighbours_get_tickets(m
     guests = [Registration.objects.create(name=f"Neighbour {n}") for n in range(3)]
     valid = [contract.encode(registration_id=g.pk, name=g.name) for g in guests]
     # Valid deliveries on both sides of every nasty one, inside one batch.
-    publish_raw([valid[0], *NASTY[:7], valid[1], *NASTY[7:], valid[2]])
+    transport.publish_raw([valid[0], *NASTY[:7], valid[1], *NASTY[7:], valid[2]])
     run_worker(workers, mode)
     expect_outcomes(NASTY, guests, Counter(NASTY))
     assert Ticket.objects.count() == 3
@@ -104,6 +103,6 @@ def test_arbitrary_bytes_and_json_end_as_a_ticket_or_one_rejected_message(
     valid = [contract.encode(registration_id=g.pk, name=g.name) for g in guests]
     hostile = [body for body in bodies if body not in valid]
     published_so_far.update(hostile)
-    publish_raw(valid + hostile)
+    transport.publish_raw(valid + hostile)
     run_worker(workers, mode)
     expect_outcomes(hostile, guests, Counter({body: published_so_far[body] for body in hostile}))

@@ -36,9 +36,10 @@ def test_pause_with_drain_stops_at_every_delivery(workers):
     assert Ticket.objects.count() == 2
 
 
+@pytest.mark.amqp_only  # AMQP heartbeats; a paused Redis consumer holds its entries without any
 def test_a_long_pause_keeps_the_connection_so_nobody_else_gets_the_delivery(workers, worker_env):
     registration = services.register_guest(name="Slow Learner")
-    heartbeat_env = {**worker_env, "RABBITMQ_URL": worker_env["RABBITMQ_URL"] + "?heartbeat=1"}
+    heartbeat_env = {**worker_env, "NIGHTJAR_BROKER_URL": worker_env["NIGHTJAR_BROKER_URL"] + "?heartbeat=1"}
     paused = workers.start("--pause", "before-write", env=heartbeat_env)
     paused.wait_for("Paused before-write.")
 

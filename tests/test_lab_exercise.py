@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tickets import lab, services
+from tickets import lab, services, transport
 from tickets.models import Completion, Registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,7 +113,7 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
     # ...but Ctrl+C before the write loses the delivery: RabbitMQ was told "done".
     early = services.register_guest(name="Early ack")
     interrupted = learner.interrupt_at("before-write", early.code)
-    assert "the delivery was already acked, so RabbitMQ has forgotten it: nothing goes back." in interrupted
+    assert f"the delivery was already acked, so {transport.name()} has forgotten it: nothing goes back." in interrupted
     assert learner.worker().strip() == "No ready registrations"
     assert learner.state(early.code) == "pending"
     status, output = learner.check()
@@ -129,7 +129,9 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
     # Step 2: the ack after the commit. Interrupted before the write: redelivered, one ticket.
     lab.handler_file().write_text(ACK_AFTER_COMMIT)
     moved = services.register_guest(name="Ack after commit")
-    assert "Interrupted; the delivery goes back to RabbitMQ." in learner.interrupt_at("before-write", moved.code)
+    assert f"Interrupted; the delivery goes back to {transport.name()}." in learner.interrupt_at(
+        "before-write", moved.code
+    )
     assert f"Received {moved.code} redelivered=True" in learner.worker()
     assert moved.tickets.count() == 1
     # Interrupted after the commit: the redelivery makes a second ticket.
@@ -206,7 +208,7 @@ def test_a_broken_learner_file_gets_a_short_message_and_the_delivery_stays(learn
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert str(lab.handler_file()) in result.stderr
-    assert "Nothing was taken from RabbitMQ" in result.stderr
+    assert f"Nothing was taken from {transport.name()}" in result.stderr
     lab.handler_file().write_text(WITH_COMPLETION_KEY)
     assert f"Received {registration.code} redelivered=False" in learner.worker()
 

@@ -13,7 +13,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from pypdf import PdfReader
 
-from tickets import broker, contract
+from tickets import contract, transport
 from tickets.handler import handle
 from tickets.models import Completion, Registration, RejectedMessage, Ticket
 from tickets.worker import Worker
@@ -137,7 +137,7 @@ def test_arbitrary_bytes_never_crash_the_worker_and_never_make_a_ticket_unless_v
         registration = Registration.objects.create(pk=1, name="Known Name")
         worker = Worker(handler=handle, stdout=io.StringIO())
         worker.consumer = RecordingConsumer()
-        worker.process(broker.Delivery(body=body, tag=7, redelivered=False, message_id=""))
+        worker.process(transport.Delivery(body=body, tag=7, redelivered=False, message_id=""))
         assert worker.consumer.acked == [7]  # rejected (and recorded) or handled: acked either way
         try:
             message = contract.decode(body)

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from tests.conftest import ROOT, Guest
-from tickets import broker, services
+from tickets import services, transport
 from tickets.models import Registration
+from tickets.transport import amqp
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Generous: the deadline is 1 s; this bound only catches a wait with none.
@@ -62,6 +63,7 @@ def test_a_new_gunicorn_process_that_must_connect_to_a_frozen_broker_answers_fas
     assert seconds < POST_BOUND
 
 
+@pytest.mark.amqp_only  # a RabbitMQ resource alarm
 def test_posts_during_a_memory_alarm_answer_fast_and_are_published_after_it(site, rabbit, workers):
     guest = Guest(site)
     assert_registration_page(*guest.register("Before The Alarm")[:2])
@@ -83,7 +85,7 @@ def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, worker
     worker = workers.start("--serve")
     worker.wait_for("Serving")
     with rabbit.frozen():
-        worker.wait_for("RabbitMQ is unavailable; reconnecting", timeout=60)
+        worker.wait_for(f"{transport.name()} is unavailable; reconnecting", timeout=60)
         assert worker.proc.poll() is None
     registration = services.register_guest(name="After The Thaw")
     worker.wait_for(f"Received {registration.code}", timeout=90)
@@ -94,9 +96,9 @@ def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, worker
 @pytest.mark.parametrize(
     ("command", "message", "status"),
     [
-        (["reconcile", "--older-than", "0"], "Stopped: RabbitMQ", 3),
-        (["retry", "{code}"], "RabbitMQ", 3),
-        (["worker"], "RabbitMQ", 3),
+        (["reconcile", "--older-than", "0"], "Stopped: {broker}", 3),
+        (["retry", "{code}"], "{broker}", 3),
+        (["worker"], "{broker}", 3),
     ],
     ids=["reconcile", "retry", "worker"],
 )
@@ -105,6 +107,7 @@ def test_commands_fail_with_their_message_and_status_when_rabbitmq_is_frozen(
 ):
     code = Registration.objects.create(name="Waiting Guest").code
     command = [part.format(code=code) for part in command]
+    message = message.format(broker=transport.name())
     with rabbit.frozen():
         started = time.monotonic()
         result = subprocess.run(
@@ -122,11 +125,16 @@ def test_commands_fail_with_their_message_and_status_when_rabbitmq_is_frozen(
 
 
 def test_every_pika_failure_is_a_broker_error():
-    from pika.adapters.utils.connection_workflow import AMQPConnectorStackTimeout
-    from pika.exceptions import ConnectionWrongStateError, ReentrancyError
-
-    for error in (AMQPConnectorStackTimeout("x"), ReentrancyError(), ConnectionWrongStateError(), TimeoutError()):
-        with pytest.raises(broker.BrokerError), broker.translated_errors("test"):
+    pika = amqp.pika  # the tests import no broker library either
+    stack_timeout = pika.adapters.utils.connection_workflow.AMQPConnectorStackTimeout("x")
+    errors = (
+        stack_timeout,
+        pika.exceptions.ReentrancyError(),
+        pika.exceptions.ConnectionWrongStateError(),
+        TimeoutError(),
+    )
+    for error in errors:
+        with pytest.raises(transport.BrokerError), amqp.translated_errors("test"):
             raise error
-    with pytest.raises(KeyError), broker.translated_errors("test"):  # our own bugs are not dressed up as outages
+    with pytest.raises(KeyError), amqp.translated_errors("test"):  # our own bugs are not dressed up as outages
         raise KeyError("bug")

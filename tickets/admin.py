@@ -7,7 +7,7 @@ from django.db.models.functions import Coalesce
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from tickets import broker, contract, services
+from tickets import contract, services, transport
 from tickets.models import (
     Completion,
     DeliveryFailure,
@@ -161,7 +161,7 @@ class RegistrationAdmin(admin.ModelAdmin):
         for registration in queryset:
             try:
                 services.retry_registration(code=registration.code, actor=actor(request))
-            except (services.NightjarError, broker.BrokerError) as error:
+            except (services.NightjarError, transport.BrokerError) as error:
                 self.message_user(request, f"{registration.code} not retried: {error}", messages.ERROR)
                 continue
             done.append(registration.code)

@@ -5,16 +5,18 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core import checks
 
+from tickets import transport
+
 
 @checks.register()
 def broker_settings(app_configs, **kwargs):
     errors = []
-    url = urlsplit(settings.RABBITMQ_URL)
-    if url.scheme not in ("amqp", "amqps") or not url.hostname:
+    urls = [urlsplit(url) for url in settings.NIGHTJAR_BROKER_URL.split(";")]
+    if any(url.scheme not in transport.SCHEMES or not url.hostname for url in urls):
         errors.append(
             checks.Error(
-                "RABBITMQ_URL is not an AMQP URL.",
-                hint="Use amqp://user:password@host:5672/vhost (amqps:// for TLS).",
+                "NIGHTJAR_BROKER_URL (or RABBITMQ_URL) is neither an AMQP nor a Redis URL.",
+                hint="Use amqp://user:password@host:5672/vhost (amqps:// for TLS) or redis://host:6379/0.",
                 id="nightjar.E001",
             )
         )
@@ -23,6 +25,26 @@ def broker_settings(app_configs, **kwargs):
             checks.Error("NIGHTJAR_QUEUE is empty.", hint="Leave it unset for the default.", id="nightjar.E002")
         )
     return errors
+
+
+@checks.register(deploy=True)
+def redis_is_durable(app_configs, **kwargs):
+    """On Redis, "published" must mean "on disk": asks the server (deploy checks only)."""
+    try:
+        if transport.kind() != "redis_streams":
+            return []
+        problems = transport.backend().durability_problems()
+    except transport.BrokerError as error:
+        return [checks.Warning(f"Could not ask Redis how it stores data: {error}", id="nightjar.W002")]
+    if not problems:
+        return []
+    return [
+        checks.Error(
+            f"Redis would acknowledge XADDs it may lose: {'; '.join(problems)}.",
+            hint="Run redis-server with appendonly yes and appendfsync always (bin/redis-node does).",
+            id="nightjar.E003",
+        )
+    ]
 
 
 @checks.register(checks.Tags.security, deploy=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.core.management.color import no_style
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from tickets import broker, contract
+from tickets import contract, transport
 from tickets.models import (
     Completion,
     DeliveryFailure,
@@ -62,12 +62,12 @@ def find_registration(*, code: str) -> Registration:
 
 
 def publish_registration(registration: Registration) -> None:
-    """Publish one delivery of a registration. Raises broker.BrokerError.
+    """Publish one delivery of a registration. Raises transport.BrokerError.
     Never call it inside a transaction: it waits on the network."""
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     # message_id tells publications apart in logs; dedup is by the body's ID.
     message_id = f"{registration.code}/{timezone.now().timestamp():.6f}"
-    broker.publish(body, message_id=message_id)
+    transport.publish(body, message_id=message_id)
 
 
 def publish_after_commit(registration: Registration) -> None:
@@ -75,7 +75,7 @@ def publish_after_commit(registration: Registration) -> None:
     is logged and left for reconcile; the guest never sees an error for it."""
     try:
         publish_registration(registration)
-    except broker.BrokerError as error:
+    except transport.BrokerError as error:
         logger.warning("%s stored but not published; reconcile will publish it: %s", registration.code, error)
 
 
@@ -284,7 +284,7 @@ def collect_dead_letters(*, limit: int = 1000) -> CollectReport:
     breaks the contract becomes a RejectedMessage; a registration that has its
     ticket by now needs nothing."""
     report = CollectReport()
-    consumer = broker.Consumer()
+    consumer = transport.Consumer()
     try:
         for _ in range(limit):
             delivery = consumer.get(dead=True)
@@ -299,7 +299,7 @@ def collect_dead_letters(*, limit: int = 1000) -> CollectReport:
     return report
 
 
-def _collect_one(delivery: broker.Delivery, report: CollectReport) -> Registration | None:
+def _collect_one(delivery: transport.Delivery, report: CollectReport) -> Registration | None:
     """Record one dead letter; return the registration to publish again, if any."""
     try:
         message = contract.decode(delivery.body)
@@ -374,7 +374,7 @@ def discard_parked(*, code: str, actor: str) -> Registration:
     return registration
 
 
-def record_failure(*, delivery: broker.Delivery, error: BaseException, worker: str) -> None:
+def record_failure(*, delivery: transport.Delivery, error: BaseException, worker: str) -> None:
     """Note a failed attempt (best effort: the database may be what failed)."""
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     try:
@@ -447,8 +447,8 @@ def delivery_status() -> DeliveryStatus:
     """Totals from the database and the queue depth from RabbitMQ (or why not)."""
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
     try:
-        queue, queue_error = broker.queue_counts(), ""
-    except broker.BrokerError as error:
+        queue, queue_error = transport.queue_counts(), ""
+    except transport.BrokerError as error:
         queue, queue_error = None, str(error)
     return DeliveryStatus(
         registrations=Registration.objects.count(),
@@ -466,7 +466,27 @@ def delivery_status() -> DeliveryStatus:
     )
 
 
-def record_rejection(*, delivery: broker.Delivery, reason: str) -> RejectedMessage | None:
+def dependency_health() -> dict[str, str]:
+    """ "ok" or "unavailable" for the database and the broker, each within its
+    own deadline; the reasons go to the log, never to the caller."""
+    checks = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except DatabaseError:
+        logger.exception("Health check: the database does not answer")
+        checks["database"] = "unavailable"
+    try:
+        transport.ping()
+        checks["rabbitmq"] = "ok"
+    except transport.BrokerError as error:
+        logger.warning("Health check: %s", error)
+        checks["rabbitmq"] = "unavailable"
+    return checks
+
+
+def record_rejection(*, delivery: transport.Delivery, reason: str) -> RejectedMessage | None:
     """Record a delivery that broke the contract. Total: whatever the bytes,
     the row is storable (excerpt and message id escaped, size and hash of the
     raw body kept). A redelivery of a body that is already recorded is not
@@ -520,7 +540,7 @@ def reset_demo() -> int:
         others.delete()
         seed_demo()
         _restart_numbering([Registration, Ticket])
-    broker.purge_queues()
+    transport.purge_queues()
     return count
 
 
@@ -562,8 +582,8 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
         parked=parked_without_ticket().count(),
     )
     try:
-        report.dead_lettered = broker.queue_counts()["dead"]
-    except broker.BrokerError as error:
+        report.dead_lettered = transport.queue_counts()["dead"]
+    except transport.BrokerError as error:
         report.dead_lettered_error = str(error)
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
     has_key = Exists(Completion.objects.filter(registration=OuterRef("pk")))

@@ -20,7 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 
-from tickets import broker, lab, services
+from tickets import lab, services, transport
 from tickets.models import Completion
 
 ROOT = Path(settings.BASE_DIR)
@@ -189,7 +189,7 @@ class Scenarios:
             self.drain_leftovers()
             verdicts.append(verdict)
             self.say(verdict.line())
-        broker.delete_queues()
+        transport.delete_queues()
         passed = sum(verdict.passed for verdict in verdicts)
         self.say(f"{passed} of {len(verdicts)} scenarios passed with {lab.shown(self.handler)}.")
         return passed == len(verdicts)

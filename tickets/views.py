@@ -7,13 +7,12 @@ import logging
 from django.conf import settings
 from django.contrib import messages
 from django.core.cache import cache
-from django.db import DatabaseError, connection
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from tickets import broker, pdf, services
+from tickets import pdf, services
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
 
@@ -153,20 +152,7 @@ def ticket_download(request, code: str, secret: str):
 def healthz(request):
     """200 when the database and RabbitMQ answer, 503 otherwise; no details
     that could leak hosts or passwords (the reason goes to the log)."""
-    checks = {}
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        checks["database"] = "ok"
-    except DatabaseError:
-        logger.exception("Health check: the database does not answer")
-        checks["database"] = "unavailable"
-    try:
-        broker.ping()
-        checks["rabbitmq"] = "ok"
-    except broker.BrokerError as error:
-        logger.warning("Health check: %s", error)
-        checks["rabbitmq"] = "unavailable"
+    checks = services.dependency_health()
     healthy = all(value == "ok" for value in checks.values())
     response = JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
     response["Cache-Control"] = "no-store"

@@ -16,7 +16,7 @@ from typing import TextIO
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
-from tickets import broker, contract, services
+from tickets import contract, services, transport
 from tickets.batch import handle_batch
 from tickets.checkpoints import Pause
 from tickets.models import Registration
@@ -51,7 +51,7 @@ class Worker:
         self.reconcile_every = reconcile_every
         self.reconcile_options = reconcile_options or {}
         self.name = f"{socket.gethostname()}:{os.getpid()}"
-        self.consumer: broker.Consumer | None = None
+        self.consumer: transport.Consumer | None = None
         # Queued acks only in service mode without checkpoints: a learner who
         # pauses or kills the worker must find every ack already sent.
         self.flush_acks = True
@@ -59,7 +59,7 @@ class Worker:
         self.handled = 0
         self.rejected = 0
         self.failed = 0
-        self.current: broker.Delivery | None = None  # the delivery the handler is on
+        self.current: transport.Delivery | None = None  # the delivery the handler is on
         self.current_acked = False
 
     def say(self, line: str) -> None:
@@ -68,7 +68,7 @@ class Worker:
         self.stdout.flush()
 
     def connect(self) -> None:
-        self.consumer = broker.Consumer(prefetch=self.prefetch)
+        self.consumer = transport.Consumer(prefetch=self.prefetch)
         if self.pause is not None:
             self.pause.keepalive = self.consumer.keepalive
 
@@ -89,10 +89,10 @@ class Worker:
             raise failed[0][1]
         return True
 
-    def collect_batch(self, *, first_wait: float = 1.0) -> list[broker.Delivery]:
+    def collect_batch(self, *, first_wait: float = 1.0) -> list[transport.Delivery]:
         """Up to `batch` deliveries, or fewer when batch_ms pass without one.
         The first one may take up to first_wait (the consumer is just starting)."""
-        deliveries: list[broker.Delivery] = []
+        deliveries: list[transport.Delivery] = []
         idle = 0.0
         for delivery in self.consumer.consume(idle_seconds=self.batch_seconds):
             if delivery is None:
@@ -105,7 +105,7 @@ class Worker:
                 break
         return deliveries
 
-    def process_batch(self, deliveries: list[broker.Delivery]) -> None:
+    def process_batch(self, deliveries: list[transport.Delivery]) -> None:
         """Check every delivery, then one transaction and one ack for them all.
         Raises on a database error, leaving the whole batch unacked."""
         close_old_connections()
@@ -132,8 +132,8 @@ class Worker:
             received.append(f"Received {message.code} redelivered={delivery.redelivered}")
         if received:
             self.say("\n".join(received))  # one write for the batch
-        last_tag = max(delivery.tag for delivery in deliveries)
-        ack_all = lambda: self.consumer.ack(last_tag, multiple=True, flush=self.flush_acks)  # noqa: E731
+        tags = [delivery.tag for delivery in deliveries]
+        ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
         handle_batch(messages, rejections, ack_all, self.pause)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
@@ -141,7 +141,7 @@ class Worker:
         self.rejected += len(rejections)
         self.say("Handler returned.")
 
-    def process(self, delivery: broker.Delivery) -> None:
+    def process(self, delivery: transport.Delivery) -> None:
         """Check one delivery, then run the handler or record the rejection.
         Raises on a database error, leaving the delivery unacked."""
         close_old_connections()
@@ -156,32 +156,32 @@ class Worker:
         self.handled += 1
         self.say("Handler returned.")
 
-    def ack_current(self, delivery: broker.Delivery) -> None:
+    def ack_current(self, delivery: transport.Delivery) -> None:
         self.consumer.ack(delivery.tag, flush=self.flush_acks)
         self.current_acked = True
 
     def interrupted(self) -> str:
         """What a Ctrl+C at a checkpoint did to the delivery, in one honest sentence."""
         if self.current is not None and self.current_acked:
-            return "Interrupted; the delivery was already acked, so RabbitMQ has forgotten it: nothing goes back."
-        sentence = "Interrupted; the delivery goes back to RabbitMQ."
+            return f"Interrupted; the delivery was already acked, so {transport.name()} has forgotten it: nothing goes back."
+        sentence = f"Interrupted; the delivery goes back to {transport.name()}."
         if self.current is None:
             return sentence
         # RabbitMQ 3.x counts every return towards the delivery limit, a Ctrl+C too.
         returns, limit = self.current.attempts + 1, settings.NIGHTJAR_DELIVERY_LIMIT
         return (
-            f"{sentence} It has gone back {returns} time(s); past {limit} returns RabbitMQ dead-letters it,"
+            f"{sentence} It has gone back {returns} time(s); past {limit} returns {transport.name()} dead-letters it,"
             " and the next reconcile publishes it again (no failure was recorded)."
         )
 
-    def check(self, delivery: broker.Delivery) -> contract.Message:
+    def check(self, delivery: transport.Delivery) -> contract.Message:
         """The contract, then the stored registration: a body that names an
         unknown registration or another name is not a repeat of anything."""
         message = contract.decode(delivery.body)
         contract.check_stored(message, Registration.objects.stored_name(message.registration_id))
         return message
 
-    def reject(self, delivery: broker.Delivery, reason: str) -> None:
+    def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
         with transaction.atomic():
             record = services.record_rejection(delivery=delivery, reason=reason)
@@ -206,7 +206,7 @@ class Worker:
         while not self.shutdown:
             try:
                 self.connect()
-                self.say(f"Serving {broker.queue_name()} (prefetch {self.prefetch}); stop with Ctrl+C or SIGTERM.")
+                self.say(f"Serving {transport.queue_name()} (prefetch {self.prefetch}); stop with Ctrl+C or SIGTERM.")
                 backoff = 1.0
                 for delivery in self.deliveries():
                     if delivery:
@@ -217,11 +217,11 @@ class Worker:
                     if self.shutdown:
                         self.consumer.stop_consuming()
                         break
-            except broker.BrokerError as error:
+            except transport.BrokerError as error:
                 if self.shutdown:
                     break
                 logger.warning("%s; reconnecting in %.0f s", error, backoff)
-                self.say(f"RabbitMQ is unavailable; reconnecting in {backoff:.0f} s.")
+                self.say(f"{transport.name()} is unavailable; reconnecting in {backoff:.0f} s.")
                 self.close()
                 self.sleep(backoff)
                 backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX)
@@ -238,7 +238,7 @@ class Worker:
         while True:
             yield self.collect_batch(first_wait=0.5)
 
-    def process_or_hand_back(self, work: broker.Delivery | list[broker.Delivery]) -> None:
+    def process_or_hand_back(self, work: transport.Delivery | list[transport.Delivery]) -> None:
         """Service mode: what failed is handed back unacked after a pause, so
         a worker facing a locked database does not spin through redeliveries."""
         failed = self.try_process(work)
@@ -247,7 +247,9 @@ class Worker:
             for delivery, _ in failed:
                 self.consumer.requeue(delivery.tag)
 
-    def try_process(self, work: broker.Delivery | list[broker.Delivery]) -> list[tuple[broker.Delivery, Exception]]:
+    def try_process(
+        self, work: transport.Delivery | list[transport.Delivery]
+    ) -> list[tuple[transport.Delivery, Exception]]:
         """Process a delivery or a batch; return what failed, with its error.
         A failed batch is retried one delivery at a time, so one bad delivery
         never takes its neighbours down with it. Broker errors propagate."""
@@ -257,14 +259,14 @@ class Worker:
             else:
                 self.process(work)
             return []
-        except broker.BrokerError:
+        except transport.BrokerError:
             raise
         except Exception as error:
             if isinstance(work, list) and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
                 return [failure for delivery in work for failure in self.try_process(delivery)]
             delivery = work[0] if isinstance(work, list) else work
-            logger.exception("A delivery failed; handing it back to RabbitMQ unacked")
+            logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
             services.record_failure(delivery=delivery, error=error, worker=self.name)
             return [(delivery, error)]

@@ -2,7 +2,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import broker, lab, services
+from tickets import lab, services, transport
 
 
 class Command(BaseCommand):
@@ -26,7 +26,7 @@ class Command(BaseCommand):
             getattr(self, f"do_{options['action']}")(options)
         except (lab.LabModeOff, lab.HandlerError) as error:
             raise CommandError(str(error), returncode=2) from None
-        except broker.BrokerError as error:
+        except transport.BrokerError as error:
             raise CommandError(f"Stopped: {error}", returncode=3) from None
 
     def do_start(self, options):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import broker, services
+from tickets import services, transport
 from tickets.models import ParkedDelivery
 
 
@@ -38,7 +38,7 @@ class Command(BaseCommand):
                 self.show_list()
         except services.NightjarError as error:
             raise CommandError(str(error), returncode=1) from None
-        except broker.BrokerError as error:
+        except transport.BrokerError as error:
             raise CommandError(f"Stopped: {error}", returncode=3) from None
 
     def collect(self):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import broker, services
+from tickets import services, transport
 
 SHOWN = 50  # codes listed one per line; a backlog of thousands is summed up
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
             report = services.reconcile_registrations(limit=options["limit"], older_than=options["older_than"])
-        except broker.BrokerError as error:
+        except transport.BrokerError as error:
             raise CommandError(f"Stopped: {error}", returncode=3) from None
         collected = report.collected
         for code in collected.parked:

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import broker, services
+from tickets import services, transport
 
 
 class Command(BaseCommand):
@@ -14,6 +14,6 @@ class Command(BaseCommand):
             registration = services.retry_registration(code=options["code"], actor=services.command_line_actor("retry"))
         except services.NightjarError as error:
             raise CommandError(str(error), returncode=1) from None
-        except broker.BrokerError as error:
+        except transport.BrokerError as error:
             raise CommandError(f"Not published: {error}", returncode=3) from None
         self.stdout.write(f"Published a new delivery of {registration.code} ({registration.name}).")

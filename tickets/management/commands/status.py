@@ -27,3 +27,6 @@ class Command(BaseCommand):
                 f"Queue: {q['ready']} ready, {unacked} unacknowledged, {q['consumers']} consumers, "
                 f"{q['dead']} dead-lettered"
             )
+            if "pending_per_consumer" in q:  # Redis Streams: who holds what
+                held = ", ".join(f"{name} {count}" for name, count in q["pending_per_consumer"].items()) or "none"
+                self.stdout.write(f"Stream: {q['length']} entries; pending per consumer: {held}")

@@ -4,7 +4,7 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import broker, lab, verify
+from tickets import lab, transport, verify
 
 
 class Command(BaseCommand):
@@ -41,7 +41,7 @@ class Command(BaseCommand):
             raise CommandError("--inside runs only on verify_handler's disposable database and queue.", returncode=2)
         try:
             ok = verify.Scenarios(handler, say=self.stdout.write).run_all()
-        except broker.BrokerError as error:
+        except transport.BrokerError as error:
             raise CommandError(str(error), returncode=3) from None
         finally:
             os.remove(database)

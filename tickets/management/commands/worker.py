@@ -2,7 +2,7 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import broker, lab
+from tickets import lab, transport
 from tickets.checkpoints import CHECKPOINTS, CRASHES, Pause
 from tickets.worker import Worker
 
@@ -11,7 +11,7 @@ logger = logging.getLogger("tickets.worker")
 
 class Command(BaseCommand):
     help = (
-        "Turn registrations from RabbitMQ into tickets. By default takes one ready delivery and exits; "
+        "Turn registrations from the broker (RabbitMQ or Redis) into tickets. By default takes one ready delivery and exits; "
         "--drain until the queue is empty; --serve until SIGTERM or Ctrl+C."
     )
 
@@ -91,8 +91,18 @@ class Command(BaseCommand):
             handler = lab.load_handler(options["handler"] or lab.default_handler())
         except lab.HandlerError as error:
             raise CommandError(
-                f"{error} Nothing was taken from RabbitMQ; fix it and run again.", returncode=2
+                f"{error} Nothing was taken from {transport.name()}; fix it and run again.", returncode=2
             ) from None
+        if transport.kind() == "redis_streams":
+            # An XADD Redis may lose is a registration only reconcile would find: refuse to pretend.
+            try:
+                problems = transport.backend().durability_problems()
+            except transport.BrokerError:
+                problems = []  # unreachable: the worker reports it and reconnects
+            if problems:
+                raise CommandError(
+                    f"Redis would lose acknowledged entries ({'; '.join(problems)}); see bin/redis-node.", returncode=2
+                )
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)
@@ -119,11 +129,13 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
             raise CommandError(worker.interrupted(), returncode=130) from None
-        except broker.BrokerError as error:
+        except transport.BrokerError as error:
             raise CommandError(str(error), returncode=3) from None
         except Exception as error:
             # Never ack on an error: closing the connection hands the delivery back.
             logger.exception("The handler failed")
-            raise CommandError(f"Not acked, the delivery goes back to RabbitMQ: {error}", returncode=1) from None
+            raise CommandError(
+                f"Not acked, the delivery goes back to {transport.name()}: {error}", returncode=1
+            ) from None
         finally:
             worker.close()

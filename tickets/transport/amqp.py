@@ -1,4 +1,5 @@
-"""Everything that speaks AMQP. pika is imported here and nowhere else.
+"""The RabbitMQ transport: everything that speaks AMQP. pika is imported here
+and nowhere else (the benchmark's raw ceiling aside).
 
 Topology (declared idempotently by publisher and worker alike):
 - `<NIGHTJAR_QUEUE>`: a durable quorum queue. Its delivery limit makes
@@ -16,13 +17,14 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, unquote, urljoin, urlsplit
 from urllib.request import Request, urlopen
 
 import pika
 import pika.exceptions
 from django.conf import settings
+
+from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -39,27 +41,11 @@ URL_DEFAULTS = {
     "blocked_connection_timeout": 5.0,
     "heartbeat": 10,
 }
-# After a failed publish, further publishes fail at once for this long (then
-# twice as long, up to the maximum): a down broker costs no per-request wait.
-PUBLISH_BACKOFF_START = 1.0
-PUBLISH_BACKOFF_MAX = 30.0
-
-
-class BrokerError(Exception):
-    """RabbitMQ is unreachable, refused the message, or the connection broke."""
-
-
-def queue_name() -> str:
-    return settings.NIGHTJAR_QUEUE
-
-
-def dead_letter_queue_name() -> str:
-    return f"{settings.NIGHTJAR_QUEUE}.dead"
 
 
 def masked_url(url: str | None = None) -> str:
-    """RABBITMQ_URL with its password hidden, for logs and messages."""
-    parts = urlsplit(url or settings.RABBITMQ_URL)
+    """The broker URL with its password hidden, for logs and messages."""
+    parts = urlsplit(url or settings.NIGHTJAR_BROKER_URL)
     if parts.password is None:
         return parts.geturl()
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
@@ -67,7 +53,7 @@ def masked_url(url: str | None = None) -> str:
 
 
 def parameters() -> pika.URLParameters:
-    url = settings.RABBITMQ_URL
+    url = settings.NIGHTJAR_BROKER_URL
     given = parse_qs(urlsplit(url).query)
     params = pika.URLParameters(url)
     for name, value in URL_DEFAULTS.items():
@@ -248,8 +234,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._thread: _PublisherThread | None = None
         self._current: _Publication | None = None
-        self._failed_until = 0.0
-        self._backoff = PUBLISH_BACKOFF_START
+        self._backoff = Backoff()
 
     def publish(self, body: bytes, *, message_id: str) -> None:
         """Publish persistently and wait for the confirm. Raises BrokerError."""
@@ -258,8 +243,7 @@ class Publisher:
         if not self._lock.acquire(timeout=timeout):
             raise BrokerError("Another publish is still waiting for RabbitMQ; this one is left for reconcile.")
         try:
-            if time.monotonic() < self._failed_until:
-                raise BrokerError("RabbitMQ was unavailable moments ago; this publish is left for reconcile.")
+            self._backoff.check()
             if self._current is not None:
                 # The thread is still waiting on a publish an earlier caller gave up on.
                 raise BrokerError("RabbitMQ has not answered an earlier publish yet; this one is left for reconcile.")
@@ -269,26 +253,20 @@ class Publisher:
                 self._thread.start()
             self._thread.jobs.put(job)
             if not job.done.wait(max(deadline - time.monotonic(), 0)):
-                self._note_failure()
+                self._backoff.failed()
                 raise BrokerError(
                     f"RabbitMQ at {masked_url()} did not confirm within {timeout:g} s; left for reconcile."
                 )
             if job.error is not None:
-                self._note_failure()
+                self._backoff.failed()
                 raise job.error
-            self._backoff = PUBLISH_BACKOFF_START
+            self._backoff.succeeded()
         finally:
             self._lock.release()
 
     def _finished(self, job: _Publication) -> None:
         if self._current is job:
             self._current = None
-
-    def _note_failure(self) -> None:
-        # After a failure, further publishes fail at once for a while: a broker
-        # that is down costs no per-request wait.
-        self._failed_until = time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, PUBLISH_BACKOFF_MAX)
 
     def reset(self) -> None:
         """Forget the connection and any backoff (tests, and after a fork).
@@ -298,29 +276,10 @@ class Publisher:
                 self._thread.jobs.put(None)
             self._thread = None
             self._current = None
-            self._failed_until = 0.0
-            self._backoff = PUBLISH_BACKOFF_START
+            self._backoff = Backoff()
 
 
 publisher = Publisher()
-
-
-def publish(body: bytes, *, message_id: str) -> None:
-    publisher.publish(body, message_id=message_id)
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One publication as RabbitMQ handed it over: for ack and diagnosis only.
-    The registration ID inside the body is the identity, never these fields."""
-
-    body: bytes
-    tag: int
-    redelivered: bool
-    message_id: str
-    # How many times RabbitMQ had handed it out before (the quorum queue's
-    # x-delivery-count): at NIGHTJAR_DELIVERY_LIMIT it is dead-lettered.
-    attempts: int = 0
 
 
 class Consumer:
@@ -385,6 +344,10 @@ class Consumer:
                 # pika's blocking channel always flushes; its underlying channel does not.
                 self._channel._impl.basic_ack(delivery_tag=tag, multiple=multiple)
 
+    def ack_many(self, tags: list[int], *, flush: bool = True) -> None:
+        """Ack a batch after its commit: one basic.ack with multiple=True."""
+        self.ack(max(tags), multiple=True, flush=flush)
+
     def requeue(self, tag: int) -> None:
         """Give a delivery back now (counts towards the delivery limit)."""
         with translated_errors("requeue"):
@@ -433,7 +396,7 @@ def unacked_count() -> tuple[int | None, str]:
     Returns (count, "") or (None, why not)."""
     if not settings.RABBITMQ_MANAGEMENT_URL:
         return None, "RABBITMQ_MANAGEMENT_URL is not set"
-    amqp = urlsplit(settings.RABBITMQ_URL)
+    amqp = urlsplit(settings.NIGHTJAR_BROKER_URL)
     vhost = unquote(amqp.path[1:]) if len(amqp.path) > 1 else "/"
     url = urljoin(
         settings.RABBITMQ_MANAGEMENT_URL, f"api/queues/{quote(vhost, safe='')}/{quote(queue_name(), safe='')}"
@@ -455,6 +418,17 @@ def purge_queues() -> None:
         declare(channel)
         channel.queue_purge(queue_name())
         channel.queue_purge(dead_letter_queue_name())
+
+
+def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
+    """Publish bodies as given (no contract, no properties), with confirms."""
+    with short_channel("publish") as channel:
+        declare(channel)
+        channel.confirm_delivery()
+        for body in bodies:
+            channel.basic_publish(
+                exchange="", routing_key=dead_letter_queue_name() if dead else queue_name(), body=body
+            )
 
 
 def delete_queues() -> None:

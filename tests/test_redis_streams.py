@@ -1,0 +1,152 @@
+"""What is particular to the Redis Streams transport, against a real
+redis-server of the test's own (AOF, appendfsync always) and real worker
+processes: claims of entries whose worker was killed, entries trimmed before
+they were handled, a server killed -9 mid-run, and what an acknowledged XADD
+survives."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.ports import free_port
+from tickets import services, transport
+from tickets.models import Registration
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class RedisServer:
+    def __init__(self, folder, port: int) -> None:
+        self.folder, self.port = folder, port
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def start(self) -> None:
+        subprocess.run([ROOT / "bin" / "redis-node", "start", str(self.folder), str(self.port)], check=True)
+
+    def stop(self) -> None:
+        subprocess.run([ROOT / "bin" / "redis-node", "stop", str(self.folder)], check=True)
+
+    def kill_9(self) -> None:
+        os.kill(int((self.folder / "redis.pid").read_text()), signal.SIGKILL)
+        time.sleep(0.2)
+
+    def cli(self, *args: str) -> str:
+        return subprocess.run(
+            ["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+
+@pytest.fixture
+def redis_server(tmp_path, settings, workers, worker_env):
+    """A redis-server of this test's own; the test's process and workers use it."""
+    server = RedisServer(tmp_path / "redis", free_port())
+    server.start()
+    settings.NIGHTJAR_BROKER_URL = server.url
+    workers.env = {**worker_env, "NIGHTJAR_BROKER_URL": server.url, "NIGHTJAR_CLAIM_IDLE_SECONDS": "1"}
+    transport.reset()
+    yield server
+    transport.reset()
+    server.stop()
+
+
+def as_consumer(workers, name: str) -> dict:
+    return {**workers.env, "NIGHTJAR_CONSUMER_NAME": name}
+
+
+def test_an_entry_whose_worker_was_killed_is_claimed_by_another_and_makes_one_ticket(redis_server, workers):
+    registration = services.register_guest(name="Claimed Guest")
+    first = workers.start("--pause", "after-commit", env=as_consumer(workers, "first"))
+    first.wait_for("Paused after-commit.")  # committed, not acknowledged
+    first.proc.kill()
+    first.proc.wait()
+    assert registration.tickets.count() == 1
+    assert "first" in redis_server.cli("XINFO", "CONSUMERS", transport.queue_name(), "nightjar")
+
+    second = workers.start("--serve", env=as_consumer(workers, "second"))
+    # Idle for NIGHTJAR_CLAIM_IDLE_SECONDS (1 s here), then XAUTOCLAIM hands it over.
+    second.wait_for(f"Received {registration.code} redelivered=True", timeout=30)
+    second.wait_for("Handler returned.")
+    assert registration.tickets.count() == 1  # the completion key made the repeat harmless
+    assert transport.queue_counts()["unacked"] == 0
+
+
+def test_an_entry_trimmed_before_it_was_handled_is_reported_and_reconcile_republishes_it(redis_server, workers):
+    registration = services.register_guest(name="Trimmed Guest")
+    holder = workers.start("--pause", "before-write", env=as_consumer(workers, "holder"))
+    holder.wait_for("Paused before-write.")
+    holder.proc.kill()
+    holder.proc.wait()
+    redis_server.cli("XTRIM", transport.queue_name(), "MAXLEN", "0")  # as MAXLEN trimming would
+
+    time.sleep(1.1)  # idle past NIGHTJAR_CLAIM_IDLE_SECONDS
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "worker"],
+        env=as_consumer(workers, "claimer"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "was trimmed before it was handled; reconcile republishes its registration" in result.stdout
+    assert "No ready registrations" in result.stdout
+    assert not registration.tickets.exists()
+
+    services.reconcile_registrations(older_than=0)
+    assert f"Received {registration.code} redelivered=False" in workers.run().stdout
+    assert registration.tickets.count() == 1
+
+
+def test_redis_killed_and_restarted_mid_run_loses_no_registration(redis_server, workers):
+    worker = workers.start("--serve", "--batch", "10", env=as_consumer(workers, "steady"))
+    worker.wait_for("Serving")
+    for n in range(40):
+        services.register_guest(name=f"Steady {n}")
+        if n == 20:
+            redis_server.kill_9()
+            redis_server.start()  # the AOF brings back every acknowledged entry
+    deadline = time.monotonic() + 60
+    while Registration.objects.filter(tickets__isnull=True).exists():
+        services.reconcile_registrations(older_than=0)  # what the outage left unpublished
+        assert time.monotonic() < deadline, "not every registration got its ticket"
+        time.sleep(1)
+    assert all(r.tickets.count() == 1 for r in Registration.objects.all())
+    assert worker.proc.poll() is None  # reconnected, still serving
+
+
+def test_every_acknowledged_xadd_survives_a_kill_9(redis_server):
+    """Publishes as fast as Redis answers, kills the server mid-stream, and
+    checks every entry Redis acknowledged against what it has after a restart."""
+    script = (
+        "import sys\n"
+        "from tickets import transport\n"
+        "for n in range(100000):\n"
+        "    try:\n"
+        "        transport.publish(b'{}', message_id=str(n))\n"
+        "    except transport.BrokerError:\n"
+        "        break\n"
+        "    print(n, flush=True)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "nightjar.settings", "NIGHTJAR_BROKER_URL": redis_server.url}
+    env["NIGHTJAR_QUEUE"] = transport.queue_name()
+    publisher = subprocess.Popen(
+        [sys.executable, "-c", f"import django; django.setup()\n{script}"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    acknowledged = 0
+    for line in publisher.stdout:
+        acknowledged = int(line) + 1
+        if acknowledged == 500:
+            redis_server.kill_9()
+    publisher.wait(timeout=30)
+    redis_server.start()
+    survived = int(redis_server.cli("XLEN", transport.queue_name()))
+    print(f"acknowledged {acknowledged} XADDs before the kill -9; {survived} survived the restart")
+    assert acknowledged >= 500
+    assert survived >= acknowledged

@@ -1,0 +1,128 @@
+"""The transport seam: how registrations travel from the web to the worker.
+
+The worker and the services speak only to this small interface: publish,
+a Consumer (get, consume, ack after commit, hand back, keepalive, close),
+counts for status, and a few tools. Each broker client library is imported in
+one module of this package and nowhere else: pika in `amqp.py` (RabbitMQ, the
+default), redis-py in `redis_streams.py`. The broker URL's scheme
+(NIGHTJAR_BROKER_URL, or RABBITMQ_URL) chooses: amqp:// or redis://.
+"""
+
+import importlib
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+
+class BrokerError(Exception):
+    """The broker is unreachable, refused the message, or the connection broke.
+    Every transport raises this and only this; str() is a sentence for a person."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One publication as the broker handed it over: for ack and diagnosis only.
+    The registration ID inside the body is the identity, never these fields."""
+
+    body: bytes
+    tag: int | str  # opaque: what ack() and requeue() take back
+    redelivered: bool
+    message_id: str
+    # How many times the broker had handed it out before; past
+    # NIGHTJAR_DELIVERY_LIMIT returns it is dead-lettered.
+    attempts: int = 0
+
+
+def queue_name() -> str:
+    return settings.NIGHTJAR_QUEUE
+
+
+def dead_letter_queue_name() -> str:
+    return f"{settings.NIGHTJAR_QUEUE}.dead"
+
+
+SCHEMES = {"amqp": "amqp", "amqps": "amqp", "redis": "redis_streams", "rediss": "redis_streams"}
+NAMES = {"amqp": "RabbitMQ", "redis_streams": "Redis"}
+
+
+def kind() -> str:
+    """amqp or redis_streams, from the broker URL's scheme."""
+    scheme = urlsplit(settings.NIGHTJAR_BROKER_URL.split(";")[0]).scheme
+    if scheme not in SCHEMES:
+        raise BrokerError(f"The broker URL's scheme {scheme!r} is none of {', '.join(SCHEMES)}.")
+    return SCHEMES[scheme]
+
+
+def name() -> str:
+    """The broker's name for people: RabbitMQ or Redis."""
+    return NAMES[kind()]
+
+
+def backend():
+    """The module that implements the transport the broker URL names."""
+    return importlib.import_module(f"tickets.transport.{kind()}")
+
+
+class Backoff:
+    """After a failed publish, further publishes fail at once for a while (1 s,
+    doubling up to 30 s): a broker that is down costs no per-request wait."""
+
+    START = 1.0
+    MAX = 30.0
+
+    def __init__(self) -> None:
+        self.until = 0.0
+        self.seconds = self.START
+
+    def check(self) -> None:
+        if time.monotonic() < self.until:
+            raise BrokerError(f"{name()} was unavailable moments ago; this publish is left for reconcile.")
+
+    def failed(self) -> None:
+        self.until = time.monotonic() + self.seconds
+        self.seconds = min(self.seconds * 2, self.MAX)
+
+    def succeeded(self) -> None:
+        self.seconds = self.START
+
+
+def publish(body: bytes, *, message_id: str) -> None:
+    """Publish durably, waiting at most NIGHTJAR_BROKER_TIMEOUT. Raises BrokerError."""
+    backend().publisher.publish(body, message_id=message_id)
+
+
+def reset() -> None:
+    """Forget connections and backoff (tests, and after a fork)."""
+    backend().publisher.reset()
+
+
+def Consumer(*, prefetch: int = 1):  # noqa: N802 (a factory that reads as the class it returns)
+    return backend().Consumer(prefetch=prefetch)
+
+
+def queue_counts() -> dict:
+    return backend().queue_counts()
+
+
+def ping() -> None:
+    backend().ping()
+
+
+def masked_url(url: str | None = None) -> str:
+    return backend().masked_url(url)
+
+
+def purge_queues() -> None:
+    backend().purge_queues()
+
+
+def delete_queues() -> None:
+    backend().delete_queues()
+
+
+def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
+    """Publish bodies exactly as given, without the contract: tests and
+    diagnosis tools playing a client that is not Nightjar's."""
+    backend().publish_raw(bodies, dead=dead)

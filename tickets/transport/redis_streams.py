@@ -1,0 +1,362 @@
+"""The Redis Streams transport: everything that speaks Redis. redis-py is
+imported here and nowhere else (the benchmark's raw ceiling aside).
+
+How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
+- Published means durable: XADD's reply comes after the AOF fsync, because
+  the server must run with `appendonly yes` and `appendfsync always`
+  (system check nightjar.E003). Redis 7.0 has no WAITAOF.
+- The stream is `<NIGHTJAR_QUEUE>`, the consumer group `nightjar`; an entry
+  read by a consumer stays in the group's pending list until XACK, which the
+  worker sends only after its commit (one XACK for a batch).
+- Redelivery: a consumer first reads its own pending entries (XREADGROUP with
+  id 0), so a worker restarted under the same consumer name sees what it held
+  (`redelivered=True`); entries pending under a consumer that is gone are
+  claimed with XAUTOCLAIM once idle for NIGHTJAR_CLAIM_IDLE_SECONDS. A claim
+  does not prove the first owner dead; the completion key makes that harmless.
+- Give up: an entry handed out more than NIGHTJAR_DELIVERY_LIMIT + 1 times
+  (the pending entry's delivery counter) is moved to `<queue>.dead` (XADD
+  there, then XACK), as RabbitMQ's quorum queue dead-letters it.
+- Retention: XADD trims the stream to about NIGHTJAR_STREAM_MAXLEN entries.
+  An entry trimmed before it was handled only loses its message: the
+  registration is in the database and reconcile publishes it again.
+"""
+
+import collections
+import logging
+import socket
+import time
+from urllib.parse import urlsplit
+
+import redis
+import redis.exceptions
+from django.conf import settings
+
+from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, queue_name
+
+logger = logging.getLogger(__name__)
+
+GROUP = "nightjar"
+DEAD_PREFIX = "dead:"  # tags of entries read from the dead-letter stream
+# How often a consumer looks for entries a vanished consumer left pending.
+CLAIM_EVERY_SECONDS = 5.0
+
+
+def masked_url(url: str | None = None) -> str:
+    parts = urlsplit(url or settings.NIGHTJAR_BROKER_URL)
+    if parts.password is None:
+        return parts.geturl()
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
+def client(*, socket_timeout: float | None = None) -> redis.Redis:
+    """A client with deadlines on every call: a frozen server (it accepts TCP,
+    answers nothing) costs at most the timeout."""
+    timeout = socket_timeout or settings.NIGHTJAR_BROKER_TIMEOUT
+    return redis.Redis.from_url(
+        settings.NIGHTJAR_BROKER_URL,
+        socket_timeout=timeout,
+        socket_connect_timeout=settings.NIGHTJAR_BROKER_TIMEOUT,
+        retry_on_timeout=False,
+        health_check_interval=0,
+    )
+
+
+def translated(action: str, error: Exception) -> BrokerError:
+    detail = str(error) or type(error).__name__
+    return BrokerError(f"Redis at {masked_url()} is unavailable ({action}): {detail}")
+
+
+def ensure_group(connection: redis.Redis) -> None:
+    """The stream and its consumer group, made idempotently by both sides.
+    From id 0: entries published before the group existed are not skipped."""
+    try:
+        connection.xgroup_create(queue_name(), GROUP, id="0", mkstream=True)
+    except redis.exceptions.ResponseError as error:
+        if "BUSYGROUP" not in str(error):
+            raise
+
+
+class Publisher:
+    """One client per process; XADD with the stream's approximate MAXLEN."""
+
+    def __init__(self) -> None:
+        self._client: redis.Redis | None = None
+        self._backoff = Backoff()
+        self._group_for: str | None = None
+
+    def publish(self, body: bytes, *, message_id: str) -> None:
+        self._backoff.check()
+        try:
+            if self._client is None:
+                self._client = client()
+            if self._group_for != queue_name():
+                ensure_group(self._client)
+                self._group_for = queue_name()
+            self._client.xadd(
+                queue_name(),
+                {"body": body, "message_id": message_id},
+                maxlen=settings.NIGHTJAR_STREAM_MAXLEN,
+                approximate=True,
+            )
+        except redis.exceptions.RedisError as error:
+            self.reset_connection()
+            self._backoff.failed()
+            raise translated("publish", error) from None
+        self._backoff.succeeded()
+
+    def reset_connection(self) -> None:
+        connection, self._client, self._group_for = self._client, None, None
+        if connection is not None:
+            connection.close()
+
+    def reset(self) -> None:
+        self.reset_connection()
+        self._backoff = Backoff()
+
+
+publisher = Publisher()
+
+
+def consumer_name() -> str:
+    """Stable across restarts, so a restarted worker finds what it held."""
+    return settings.NIGHTJAR_CONSUMER_NAME or socket.gethostname()
+
+
+class Consumer:
+    """The worker's side of the stream. Every method raises BrokerError, never
+    a redis-py exception."""
+
+    def __init__(self, *, prefetch: int = 1) -> None:
+        self.prefetch = prefetch
+        self.name = consumer_name()
+        # Blocking reads wait up to a few seconds: the socket must outwait them.
+        self._client = client(socket_timeout=settings.NIGHTJAR_BROKER_TIMEOUT + 10)
+        self._read_own_pending = True  # at start, and after a hand-back
+        self._last_claim = 0.0
+        # Read but not yet handed out: a batch that stops early leaves the rest here.
+        self._buffer: collections.deque[Delivery] = collections.deque()
+        self.trimmed: list[str] = []  # pending entries found deleted (trimmed before they were handled)
+        try:
+            ensure_group(self._client)
+        except redis.exceptions.RedisError as error:
+            raise translated("connect", error) from None
+
+    def get(self, *, dead: bool = False) -> Delivery | None:
+        """Take one delivery (unacknowledged until ack), or None."""
+        if dead:
+            return self._get_dead()
+        if not self._buffer:
+            self._buffer.extend(self._take(1, block_ms=None))
+        return self._buffer.popleft() if self._buffer else None
+
+    def consume(self, *, idle_seconds: float = 1.0):
+        """Yield deliveries as they arrive; None after idle_seconds without one."""
+        while True:
+            if not self._buffer:
+                self._buffer.extend(self._take(self.prefetch, block_ms=max(int(idle_seconds * 1000), 1)))
+            yield self._buffer.popleft() if self._buffer else None
+
+    def _take(self, count: int, *, block_ms: int | None) -> list[Delivery]:
+        try:
+            if self._read_own_pending:
+                entries = self._client.xreadgroup(GROUP, self.name, {queue_name(): "0"}, count=count)
+                own = self._deliveries(entries, redelivered=True)
+                if own:
+                    return own
+                self._read_own_pending = False
+            if time.monotonic() - self._last_claim >= CLAIM_EVERY_SECONDS:
+                self._last_claim = time.monotonic()
+                claimed = self._claim(count)
+                if claimed:
+                    return claimed
+            entries = self._client.xreadgroup(GROUP, self.name, {queue_name(): ">"}, count=count, block=block_ms)
+            return self._deliveries(entries, redelivered=False)
+        except redis.exceptions.RedisError as error:
+            raise translated("consume", error) from None
+
+    def _claim(self, count: int) -> list[Delivery]:
+        """Entries idle under another consumer: walk XAUTOCLAIM's cursor to the end."""
+        idle_ms = int(settings.NIGHTJAR_CLAIM_IDLE_SECONDS * 1000)
+        cursor, claimed = "0-0", []
+        while len(claimed) < count:
+            cursor, entries, deleted = self._client.xautoclaim(
+                queue_name(), GROUP, self.name, min_idle_time=idle_ms, start_id=cursor, count=count - len(claimed)
+            )
+            self._note_trimmed(deleted)
+            claimed += entries
+            if cursor in (b"0-0", "0-0"):
+                break
+        return self._deliveries([[queue_name(), claimed]], redelivered=True) if claimed else []
+
+    def _deliveries(self, reply, *, redelivered: bool) -> list[Delivery]:
+        entries = [entry for _, stream_entries in (reply or []) for entry in stream_entries]
+        counts = self._delivery_counts(entries) if redelivered else {}
+        deliveries = []
+        for entry_id, fields in entries:
+            tag = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            if fields is None:  # trimmed while it was pending: the body is gone
+                self._note_trimmed([tag])
+                self._client.xack(queue_name(), GROUP, tag)
+                continue
+            times = counts.get(tag, 1)
+            if times > settings.NIGHTJAR_DELIVERY_LIMIT + 1:
+                self._dead_letter(tag, fields, times)
+                continue
+            message_id = fields.get(b"message_id", b"")
+            deliveries.append(
+                Delivery(
+                    body=fields.get(b"body", b""),
+                    tag=tag,
+                    redelivered=redelivered,
+                    message_id=message_id.decode("utf-8", "replace"),
+                    attempts=times - 1,
+                )
+            )
+        return deliveries
+
+    def _delivery_counts(self, entries) -> dict[str, int]:
+        if not entries:
+            return {}
+        first, last = entries[0][0], entries[-1][0]
+        rows = self._client.xpending_range(
+            queue_name(), GROUP, min=first, max=last, count=len(entries) + 10_000, consumername=self.name
+        )
+        return {
+            (row["message_id"].decode() if isinstance(row["message_id"], bytes) else row["message_id"]): row[
+                "times_delivered"
+            ]
+            for row in rows
+        }
+
+    def _dead_letter(self, tag: str, fields: dict, times: int) -> None:
+        # XADD to the dead stream first, then XACK: a crash in between leaves
+        # a copy in both, never in neither.
+        self._client.xadd(
+            dead_letter_queue_name(),
+            {**fields, b"reason": b"delivery_limit", b"attempts": str(times).encode(), b"entry": tag.encode()},
+        )
+        self._client.xack(queue_name(), GROUP, tag)
+        logger.warning("Entry %s was delivered %d times; moved to %s", tag, times, dead_letter_queue_name())
+
+    def _note_trimmed(self, ids) -> None:
+        for entry_id in ids:
+            tag = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            self.trimmed.append(tag)
+            logger.warning(
+                "Entry %s of %s was trimmed before it was handled; reconcile republishes its registration",
+                tag,
+                queue_name(),
+            )
+
+    def _get_dead(self) -> Delivery | None:
+        try:
+            entries = self._client.xrange(dead_letter_queue_name(), count=1)
+        except redis.exceptions.RedisError as error:
+            raise translated("get", error) from None
+        if not entries:
+            return None
+        entry_id, fields = entries[0]
+        return Delivery(
+            body=fields.get(b"body", b""),
+            tag=DEAD_PREFIX + entry_id.decode(),
+            redelivered=True,
+            message_id=fields.get(b"message_id", b"").decode("utf-8", "replace"),
+            attempts=int(fields.get(b"attempts", b"0") or 0),
+        )
+
+    def ack(self, tag, *, multiple: bool = False, flush: bool = True) -> None:
+        """XACK after the commit (a dead-letter entry is deleted instead)."""
+        self.ack_many([tag])
+
+    def ack_many(self, tags: list, *, flush: bool = True) -> None:
+        """One XACK for a batch's entries."""
+        dead = [tag[len(DEAD_PREFIX) :] for tag in tags if str(tag).startswith(DEAD_PREFIX)]
+        live = [tag for tag in tags if not str(tag).startswith(DEAD_PREFIX)]
+        try:
+            if live:
+                self._client.xack(queue_name(), GROUP, *live)
+            if dead:
+                self._client.xdel(dead_letter_queue_name(), *dead)
+        except redis.exceptions.RedisError as error:
+            raise translated("ack", error) from None
+
+    def requeue(self, tag) -> None:
+        """Hand a delivery back: it stays in this consumer's pending list and
+        is read again first (its delivery counter grows each time). What the
+        buffer held is pending too, and is read again with it."""
+        self._buffer.clear()
+        self._read_own_pending = True
+
+    def stop_consuming(self) -> None:
+        """Nothing to cancel: unacked entries stay pending under this consumer's name."""
+
+    def keepalive(self, seconds: float = 0) -> None:
+        time.sleep(seconds)  # no heartbeats to answer; an idle client loses nothing
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def within_deadline(action: str, function):
+    try:
+        return function(client())
+    except redis.exceptions.RedisError as error:
+        raise translated(action, error) from None
+
+
+def queue_counts() -> dict:
+    """Stream length, entries not yet read by the group, pending (per consumer), consumers, dead."""
+
+    def count(connection: redis.Redis) -> dict:
+        ensure_group(connection)
+        group = next(g for g in connection.xinfo_groups(queue_name()) if g["name"] in (GROUP, GROUP.encode()))
+        consumers = connection.xinfo_consumers(queue_name(), GROUP)
+        return {
+            "ready": group.get("lag") or 0,
+            "unacked": group["pending"],
+            "unacked_error": "",
+            "consumers": len(consumers),
+            "pending_per_consumer": {
+                (c["name"].decode() if isinstance(c["name"], bytes) else c["name"]): c["pending"] for c in consumers
+            },
+            "dead": connection.xlen(dead_letter_queue_name()),
+            "length": connection.xlen(queue_name()),
+        }
+
+    return within_deadline("queue status", count)
+
+
+def ping() -> None:
+    within_deadline("health check", lambda connection: connection.ping())
+
+
+def durability_problems() -> list[str]:
+    """What the server's configuration says against "published means durable"."""
+
+    def read(connection: redis.Redis) -> list[str]:
+        config = {**connection.config_get("appendonly"), **connection.config_get("appendfsync")}
+        problems = []
+        if config.get("appendonly") != "yes":
+            problems.append(f"appendonly is {config.get('appendonly')!r}, not 'yes'")
+        if config.get("appendfsync") != "always":
+            problems.append(f"appendfsync is {config.get('appendfsync')!r}, not 'always'")
+        return problems
+
+    return within_deadline("configuration", read)
+
+
+def purge_queues() -> None:
+    within_deadline("purge", lambda connection: connection.delete(queue_name(), dead_letter_queue_name()))
+
+
+def delete_queues() -> None:
+    purge_queues()
+
+
+def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
+    def add(connection: redis.Redis) -> None:
+        ensure_group(connection)
+        for body in bodies:
+            connection.xadd(dead_letter_queue_name() if dead else queue_name(), {"body": body})
+
+    within_deadline("publish", add)
