@@ -6,7 +6,7 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tickets import services
+from tickets import services, transport
 from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -141,7 +141,7 @@ def test_delivery_status_page_says_when_rabbitmq_is_unreachable(staff, rabbit):
     with rabbit.down():
         page = staff.get(f"{CHANGELIST}delivery-status/")
     assert page.status_code == 200
-    assert "RabbitMQ is unreachable" in page.content.decode()
+    assert f"{transport.name()} is unreachable" in page.content.decode()
 
 
 def test_rejected_messages_and_completions_are_read_only(staff):

@@ -232,7 +232,7 @@ def reconcile_registrations(
     *, limit: int = 100, older_than: float = 60, catch_up: bool = True, max_seconds: float = 300
 ) -> ReconcileReport:
     """Republish pending registrations older than the grace period, oldest
-    first, `limit` per pass. First moves what RabbitMQ dead-lettered into the
+    first, `limit` per pass. First moves what the broker dead-lettered into the
     database (collect_dead_letters), so a parked registration is never
     republished behind staff's back. With catch_up, passes repeat while each
     one is full, so a backlog drains as fast as the broker confirms (each
@@ -277,7 +277,7 @@ SYSTEM_ACTOR = "nightjar (dead-letter collector)"
 
 
 def collect_dead_letters(*, limit: int = 1000) -> CollectReport:
-    """Move what RabbitMQ dead-lettered into the database, one message at a
+    """Move what the broker dead-lettered into the database, one message at a
     time: record, commit, then ack. A registration with recorded failures is
     parked for staff with the last error as its reason; one whose limit was
     used up by interruptions only is published again (once); a body that
@@ -441,10 +441,11 @@ class DeliveryStatus:
     waiting_for_staff: int
     queue: dict | None
     queue_error: str = ""
+    broker: str = ""
 
 
 def delivery_status() -> DeliveryStatus:
-    """Totals from the database and the queue depth from RabbitMQ (or why not)."""
+    """Totals from the database and the queue depth from the broker (or why not)."""
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
     try:
         queue, queue_error = transport.queue_counts(), ""
@@ -463,6 +464,7 @@ def delivery_status() -> DeliveryStatus:
         waiting_for_staff=ParkedDelivery.objects.filter(resolution="").count(),
         queue=queue,
         queue_error=queue_error,
+        broker=transport.name(),
     )
 
 
@@ -479,10 +481,10 @@ def dependency_health() -> dict[str, str]:
         checks["database"] = "unavailable"
     try:
         transport.ping()
-        checks["rabbitmq"] = "ok"
+        checks[transport.name().lower()] = "ok"
     except transport.BrokerError as error:
         logger.warning("Health check: %s", error)
-        checks["rabbitmq"] = "unavailable"
+        checks[transport.name().lower()] = "unavailable"
     return checks
 
 
