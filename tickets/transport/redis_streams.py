@@ -39,6 +39,7 @@ GROUP = "nightjar"
 DEAD_PREFIX = "dead:"  # tags of entries read from the dead-letter stream
 # How often a consumer looks for entries a vanished consumer left pending.
 CLAIM_EVERY_SECONDS = 5.0
+ACTIVE_CONSUMER_MS = 10_000
 
 
 def masked_url(url: str | None = None) -> str:
@@ -315,7 +316,9 @@ def queue_counts() -> dict:
             "ready": group.get("lag") or 0,
             "unacked": group["pending"],
             "unacked_error": "",
-            "consumers": len(consumers),
+            # Like RabbitMQ's count, the consumers attached now: a serving worker
+            # asks at least every few seconds; the group remembers the others.
+            "consumers": sum(1 for c in consumers if c["idle"] < ACTIVE_CONSUMER_MS),
             "pending_per_consumer": {
                 (c["name"].decode() if isinstance(c["name"], bytes) else c["name"]): c["pending"] for c in consumers
             },
