@@ -233,11 +233,8 @@ class TicketAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(Completion)
-class CompletionAdmin(admin.ModelAdmin):
-    list_display = ("registration", "completed")
-    list_select_related = ("registration",)
-    show_full_result_count = False
+class RecordAdmin(admin.ModelAdmin):
+    """Records written by the worker and the services: staff read them, nobody edits them."""
 
     def has_add_permission(self, request):
         return False
@@ -249,8 +246,15 @@ class CompletionAdmin(admin.ModelAdmin):
         return False
 
 
+@admin.register(Completion)
+class CompletionAdmin(RecordAdmin):
+    list_display = ("registration", "completed")
+    list_select_related = ("registration",)
+    show_full_result_count = False
+
+
 @admin.register(RejectedMessage)
-class RejectedMessageAdmin(admin.ModelAdmin):
+class RejectedMessageAdmin(RecordAdmin):
     list_display = ("received", "reason", "registration", "body_size", "redelivered")
     list_select_related = ("registration",)
     list_filter = ("redelivered",)
@@ -265,15 +269,6 @@ class RejectedMessageAdmin(admin.ModelAdmin):
         "message_id",
         "redelivered",
     )
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(ParkedDelivery)
@@ -337,18 +332,9 @@ class ParkedDeliveryAdmin(admin.ModelAdmin):
 
 
 @admin.register(DeliveryFailure)
-class DeliveryFailureAdmin(admin.ModelAdmin):
+class DeliveryFailureAdmin(RecordAdmin):
     list_display = ("at", "registration", "worker", "error")
     list_select_related = ("registration",)
     search_fields = ("error",)
     readonly_fields = ("at", "registration", "worker", "error")
     show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
