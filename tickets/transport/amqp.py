@@ -292,6 +292,13 @@ class Consumer:
             self._channel = self._connection.channel()
             declare(self._channel)
             self._channel.basic_qos(prefetch_count=prefetch)
+        # Deferred acks (flush=False): the highest tag acked but not yet sent,
+        # and how many deliveries it covers. Sent as one multiple=True ack once
+        # it covers half the prefetch, before anything is handed back, when
+        # the consumer goes idle, and before the channel closes.
+        self._prefetch = prefetch
+        self._deferred_tag = 0
+        self._deferred_count = 0
 
     @staticmethod
     def _delivery(method, properties, body) -> Delivery:
@@ -324,37 +331,56 @@ class Consumer:
         """Yield deliveries as they arrive; None after idle_seconds without one."""
         with translated_errors("consume"):
             for method, properties, body in self._channel.consume(queue_name(), inactivity_timeout=idle_seconds):
-                yield None if method is None else self._delivery(method, properties, body)
+                if method is None:
+                    self.flush_acks()
+                    yield None
+                else:
+                    yield self._delivery(method, properties, body)
 
     def stop_consuming(self) -> None:
         # Unacked prefetched deliveries go straight back to the queue.
+        self.flush_acks()
         with translated_errors("cancel"):
             self._channel.cancel()
 
     def ack(self, tag: int, *, multiple: bool = False, flush: bool = True) -> None:
-        """Ack after the commit. flush=False queues the frame for the next
-        socket write (the consume loop writes it within one round trip) instead
-        of waiting for it to leave now: in service mode that saves a poll per
-        delivery. A queued ack lost in a crash only means a redelivery, which
-        the completion key makes harmless."""
-        with translated_errors("ack"):
-            if flush:
-                self._channel.basic_ack(delivery_tag=tag, multiple=multiple)
-            else:
-                # pika's blocking channel always flushes; its underlying channel does not.
-                self._channel._impl.basic_ack(delivery_tag=tag, multiple=multiple)
+        """Ack after the commit. flush=False (service mode) defers it: one
+        multiple=True ack then covers several deliveries, which saves a socket
+        round per delivery. Deliveries are handled in order and anything handed
+        back is nacked only after the deferred acks are sent, so a multiple
+        ack never covers a delivery that was not done. A deferred ack lost in
+        a crash only means a redelivery, which the completion key makes harmless."""
+        self.ack_many([tag], flush=flush, multiple=multiple)
 
-    def ack_many(self, tags: list[int], *, flush: bool = True) -> None:
+    def ack_many(self, tags: list[int], *, flush: bool = True, multiple: bool = True) -> None:
         """Ack a batch after its commit: one basic.ack with multiple=True."""
-        self.ack(max(tags), multiple=True, flush=flush)
+        tag = max(tags)
+        if not flush:
+            self._deferred_tag = max(self._deferred_tag, tag)
+            self._deferred_count += len(tags)
+            if self._deferred_count * 2 >= self._prefetch:
+                self.flush_acks()
+            return
+        self.flush_acks()
+        with translated_errors("ack"):
+            self._channel.basic_ack(delivery_tag=tag, multiple=multiple or len(tags) > 1)
+
+    def flush_acks(self) -> None:
+        """Send the deferred acks now, if any."""
+        if self._deferred_tag:
+            tag, self._deferred_tag, self._deferred_count = self._deferred_tag, 0, 0
+            with translated_errors("ack"):
+                self._channel.basic_ack(delivery_tag=tag, multiple=True)
 
     def requeue(self, tag: int) -> None:
         """Give a delivery back now (counts towards the delivery limit)."""
+        self.flush_acks()  # first: a later multiple=True ack must not cover this one
         with translated_errors("requeue"):
             self._channel.basic_nack(delivery_tag=tag, requeue=True)
 
     def keepalive(self, seconds: float = 0) -> None:
         """Let pika answer heartbeats for up to `seconds` (used while paused)."""
+        self.flush_acks()
         with translated_errors("heartbeat"):
             self._connection.process_data_events(time_limit=seconds)
 
@@ -362,6 +388,7 @@ class Consumer:
         # Closing without ack is what hands unacked deliveries back to RabbitMQ.
         with contextlib.suppress(Exception):
             if self._connection.is_open:
+                self.flush_acks()
                 self._connection.close()
 
 
