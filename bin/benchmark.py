@@ -14,6 +14,7 @@ figures as JSON (default benchmark.json):
   web        registration POSTs through gunicorn at fixed rates; RabbitMQ up and down
   memory     the worker's resident memory after 1,000 and 100,000 deliveries
   backlog    reconcile republishing 10,000 registrations left by an outage
+  redis      the same raw ceilings and workers on Redis Streams (a redis-server of its own)
 
 Each figure is the median of 3 runs (min and max shown). Throughput is
 deliveries / (last commit - first commit), the same clock for every contender.
@@ -66,6 +67,7 @@ if not os.environ.get("RABBITMQ_URL"):
 django.setup()
 
 import pika  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import Max, Min  # noqa: E402
@@ -113,14 +115,30 @@ def reset_database() -> None:
 
 
 def prepare(n: int) -> None:
-    """N registrations in the database and one delivery each in the queue."""
+    """N registrations in the database and one delivery each in the queue (or stream)."""
     reset_database()
     Registration.objects.bulk_create([Registration(name=f"Bench Guest {i % 500}") for i in range(n)], batch_size=2000)
     bodies = [
         contract.encode(registration_id=pk, name=name)
         for pk, name in Registration.objects.order_by("pk").values_list("pk", "name")
     ]
-    publish_bulk(bodies)
+    if transport.kind() == "redis_streams":
+        publish_bulk_redis(bodies)
+    else:
+        publish_bulk(bodies)
+
+
+def publish_bulk_redis(bodies: list[bytes]) -> None:
+    import redis
+
+    client = redis.Redis.from_url(settings.NIGHTJAR_BROKER_URL)
+    client.delete(transport.queue_name())
+    client.xgroup_create(transport.queue_name(), "nightjar", id="0", mkstream=True)
+    pipe = client.pipeline(transaction=False)
+    for body in bodies:
+        pipe.xadd(transport.queue_name(), {"body": body})
+    pipe.execute()
+    client.close()
 
 
 def publish_bulk(bodies: list[bytes]) -> None:
@@ -180,19 +198,13 @@ def stop(procs: list[subprocess.Popen]) -> None:
 # --- 1. Raw ceiling -------------------------------------------------------
 
 
-def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
-    """Plain pika + sqlite3 on the same schema, broker and disk."""
+def raw_database():
     db = sqlite3.connect(str(FOLDER / "bench.sqlite3"), isolation_level=None, timeout=20)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
-    conn = pika.BlockingConnection(amqp.parameters())
-    channel = conn.channel()
-    channel.basic_qos(prefetch_count=prefetch)
-    done = 0
-    pending: list[tuple[int, bytes]] = []
-    first = last = 0.0
 
     def commit(tags_bodies):
+        """Keys and tickets for these bodies in one transaction, as the worker writes them."""
         db.execute("BEGIN IMMEDIATE")
         for _tag, body in tags_bodies:
             data = json.loads(body)
@@ -207,6 +219,19 @@ def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
                     (rid, data["name"], now, uuid.uuid4().hex),
                 )
         db.execute("COMMIT")
+
+    return db, commit
+
+
+def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
+    """Plain pika + sqlite3 on the same schema, broker and disk."""
+    db, commit = raw_database()
+    conn = pika.BlockingConnection(amqp.parameters())
+    channel = conn.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    done = 0
+    pending: list[tuple[int, bytes]] = []
+    first = last = 0.0
 
     for method, _props, body in channel.consume(transport.queue_name(), inactivity_timeout=2):
         if method is None:
@@ -480,10 +505,74 @@ def bench_backlog(n: int) -> None:
     say(f"  (one pass of 100 every 30 s, as before: {n / 100 * 30 / 60:,.0f} min)")
 
 
+def raw_redis_consumer(n: int, batch: int) -> float:
+    """Plain redis-py + sqlite3: XREADGROUP COUNT 50, a transaction per entry
+    (or per 50), XACK after the commit."""
+    import redis
+
+    db, commit = raw_database()
+    client = redis.Redis.from_url(settings.NIGHTJAR_BROKER_URL)
+    stream = transport.queue_name()
+    done, first, last = 0, 0.0, 0.0
+    while done < n:
+        reply = client.xreadgroup("nightjar", "raw", {stream: ">"}, count=50, block=2000)
+        if not reply:
+            break
+        entries = [(entry_id, fields[b"body"]) for entry_id, fields in reply[0][1]]
+        if not first:
+            first = time.perf_counter()
+        for start in range(0, len(entries), batch):
+            chunk = entries[start : start + batch]
+            commit(chunk)
+            client.xack(stream, "nightjar", *[entry_id for entry_id, _ in chunk])
+            done += len(chunk)
+        last = time.perf_counter()
+    client.close()
+    db.close()
+    assert done == n, f"raw redis consumer handled {done} of {n}"
+    return (n - 1) / (last - first)
+
+
+def bench_redis(n: int) -> None:
+    """Raw ceilings and Nightjar's worker on Redis Streams, in the same run as RabbitMQ's."""
+    folder, port = FOLDER / "redis", free_port()
+    url = subprocess.run(
+        [str(ROOT / "bin" / "redis-node"), "start", str(folder), str(port)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    saved = settings.NIGHTJAR_BROKER_URL, os.environ.get("NIGHTJAR_BROKER_URL")
+    settings.NIGHTJAR_BROKER_URL = os.environ["NIGHTJAR_BROKER_URL"] = url
+    try:
+        say(f"Redis Streams raw ceiling (redis-py + sqlite3, XREADGROUP COUNT 50, {n} entries)")
+        for batch, key in ((1, "redis_raw_per_entry"), (50, "redis_raw_batch50")):
+            values = []
+            for _ in range(RUNS):
+                prepare(n)
+                values.append(raw_redis_consumer(n, batch))
+            record(key, f"redis raw, {'per entry' if batch == 1 else 'batches of 50'}", values, "deliveries/s")
+        say(f"Nightjar worker on Redis Streams ({n} entries)")
+        for key, args, raw in (
+            ("redis_worker_1proc", ("--prefetch", "50"), "redis_raw_per_entry"),
+            ("redis_batch_1proc", ("--batch", "50", "--prefetch", "50"), "redis_raw_batch50"),
+        ):
+            values = [nightjar_rate(n, 1, *args) for _ in range(RUNS)]
+            figure = record(
+                key, f"redis {'batch worker' if '--batch' in args else 'worker'}, 1 process", values, "deliveries/s"
+            )
+            figure["ratio_to_raw"] = statistics.median(values) / RESULTS[raw]["median"]
+            say(f"    = {figure['ratio_to_raw']:.0%} of the Redis raw ceiling")
+    finally:
+        settings.NIGHTJAR_BROKER_URL = saved[0]
+        if saved[1] is None:
+            os.environ.pop("NIGHTJAR_BROKER_URL", None)
+        else:
+            os.environ["NIGHTJAR_BROKER_URL"] = saved[1]
+        subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
+
+
 def main() -> int:
     global RUNS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog"]
+    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis"]
     parser.add_argument("--only", nargs="+", choices=sections, default=sections)
     parser.add_argument("--quick", action="store_true", help="Smaller N and 1 run each (a smoke test, not figures).")
     parser.add_argument("--json", default="benchmark.json", help="Where to write the figures (default benchmark.json).")
@@ -510,6 +599,8 @@ def main() -> int:
             bench_memory(1000, 5000 if args.quick else 100_000)
         if "backlog" in args.only:
             bench_backlog(2000 if args.quick else 10_000)
+        if "redis" in args.only:
+            bench_redis(n)
     finally:
         transport.delete_queues()
         if OWN_NODE:
