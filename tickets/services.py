@@ -242,21 +242,19 @@ def reconcile_registrations(
     cutoff = timezone.now() - timedelta(seconds=older_than)
     due = pending_registrations().filter(created__lte=cutoff)
     started = time.monotonic()
-    after = None
+    rest = due  # keyset cursor: what comes after the last one published, oldest first
     while True:
-        batch = due if after is None else due.filter(Q(created__gt=after[0]) | Q(created=after[0], id__gt=after[1]))
-        registrations = list(batch[:limit])
+        registrations = list(rest[:limit])
         for registration in registrations:
             publish_registration(registration)
             report.published.append(registration.code)
         report.passes += 1
         if registrations:
-            after = (registrations[-1].created, registrations[-1].pk)
+            last = registrations[-1]
+            rest = due.filter(Q(created__gt=last.created) | Q(created=last.created, id__gt=last.pk))
         if not catch_up or len(registrations) < limit or time.monotonic() - started > max_seconds:
             break
-    report.remaining = (
-        due.filter(Q(created__gt=after[0]) | Q(created=after[0], id__gt=after[1])).count() if after else due.count()
-    )
+    report.remaining = rest.count()
     return report
 
 

@@ -298,7 +298,8 @@ class Consumer:
         self._client.close()
 
 
-def within_deadline(action: str, function):
+def short_call(action: str, function):
+    """function(client) on a fresh client whose socket timeouts are the deadline; BrokerError on failure."""
     try:
         return function(client())
     except redis.exceptions.RedisError as error:
@@ -326,11 +327,11 @@ def queue_counts() -> dict:
             "length": connection.xlen(queue_name()),
         }
 
-    return within_deadline("queue status", count)
+    return short_call("queue status", count)
 
 
 def ping() -> None:
-    within_deadline("health check", lambda connection: connection.ping())
+    short_call("health check", lambda connection: connection.ping())
 
 
 def durability_problems() -> list[str]:
@@ -345,11 +346,11 @@ def durability_problems() -> list[str]:
             problems.append(f"appendfsync is {config.get('appendfsync')!r}, not 'always'")
         return problems
 
-    return within_deadline("configuration", read)
+    return short_call("configuration", read)
 
 
 def purge_queues() -> None:
-    within_deadline("purge", lambda connection: connection.delete(queue_name(), dead_letter_queue_name()))
+    short_call("purge", lambda connection: connection.delete(queue_name(), dead_letter_queue_name()))
 
 
 def delete_queues() -> None:
@@ -362,4 +363,4 @@ def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
         for body in bodies:
             connection.xadd(dead_letter_queue_name() if dead else queue_name(), {"body": body})
 
-    within_deadline("publish", add)
+    short_call("publish", add)
