@@ -4,6 +4,8 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tickets import contract
 
@@ -122,3 +124,15 @@ def test_names_count_characters_as_typed_and_keep_joiners(name):
     stored = contract.clean_name(name)
     assert contract.name_length(stored) <= contract.MAX_NAME_LENGTH
     assert len(stored) <= contract.MAX_NAME_CODE_POINTS
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=120) | st.text(max_size=120))
+@settings(max_examples=500, deadline=None)
+def test_the_quick_path_for_plain_names_agrees_with_the_general_rules(value):
+    def outcome(function):
+        try:
+            return function(value)
+        except contract.ContractError as error:
+            return f"refused: {error}"
+
+    assert outcome(contract.clean_name) == outcome(contract.checked_name)

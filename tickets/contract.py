@@ -71,6 +71,17 @@ def clean_name(value: str) -> str:
     """Return the guest name as it is stored, or raise ContractError saying why not."""
     if not isinstance(value, str):
         raise ContractError("The guest name must be text.")
+    if value.isascii() and value.isprintable():
+        # The common case, quickly: printable ASCII is already NFC and has no
+        # control, format or bidi characters, and one code point per character.
+        name = value.strip()
+        if name and len(name) <= MAX_NAME_LENGTH and any(ch.isalnum() for ch in name):
+            return name  # anything else: the general rules say why not
+    return checked_name(value)
+
+
+def checked_name(value: str) -> str:
+    """clean_name's general rules, for any text."""
     name = unicodedata.normalize("NFC", value).strip()
     if not name:
         raise ContractError("Please enter the guest name.")
@@ -134,14 +145,15 @@ def _refuse_constant(name):
     raise ContractError(f"The body is not valid JSON ({name} is not a JSON number).")
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_reject_duplicate_keys, parse_constant=_refuse_constant)
+
+
 def _load(body: bytes):
     """Parse JSON strictly (no NaN, no repeated keys). Raises ContractError,
     whatever the bytes: a decoder that fails in another way (RecursionError on
     deep nesting, say) must not turn a poison body into a failing delivery."""
     try:
-        return json.loads(
-            body.decode("utf-8"), object_pairs_hook=_reject_duplicate_keys, parse_constant=_refuse_constant
-        )
+        return _DECODER.decode(body.decode("utf-8"))
     except ContractError:
         raise
     except UnicodeDecodeError:

@@ -16,12 +16,19 @@ def new_secret() -> str:
 
 class RegistrationManager(models.Manager):
     def stored_name(self, registration_id: int) -> str | None:
-        """The name stored for a registration, or None. One indexed lookup in
-        plain SQL: the worker asks this for every delivery."""
+        """The name stored for a registration, or None."""
+        return self.stored_names([registration_id]).get(registration_id)
+
+    def stored_names(self, registration_ids) -> dict[int, str]:
+        """{id: stored name} for those that exist. One indexed lookup in plain
+        SQL: the worker asks this for every delivery or batch."""
+        ids = sorted(set(registration_ids))
+        if not ids:
+            return {}
+        marks = ", ".join(["%s"] * len(ids))
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT name FROM {self.model._meta.db_table} WHERE id = %s", [registration_id])
-            row = cursor.fetchone()
-        return row[0] if row else None
+            cursor.execute(f"SELECT id, name FROM {self.model._meta.db_table} WHERE id IN ({marks})", ids)
+            return dict(cursor.fetchall())
 
 
 class Registration(models.Model):

@@ -118,7 +118,7 @@ class Worker:
                 rejections.append((delivery, str(error)))
         received = []
         ids = {message.registration_id for message in decoded.values()}
-        stored = dict(Registration.objects.filter(pk__in=ids).values_list("pk", "name"))
+        stored = Registration.objects.stored_names(ids)
         for delivery in deliveries:
             message = decoded.get(delivery.tag)
             if message is None:

@@ -22,6 +22,7 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
 """
 
 import collections
+import contextlib
 import logging
 import socket
 import time
@@ -137,6 +138,12 @@ class Consumer:
         # Read but not yet handed out: a batch that stops early leaves the rest here.
         self._buffer: collections.deque[Delivery] = collections.deque()
         self.trimmed: list[str] = []  # pending entries found deleted (trimmed before they were handled)
+        # Deferred acks (flush=False, service mode): committed entries whose
+        # XACK waits to go out with others, saving a round trip per delivery.
+        # Sent once they cover half the prefetch, before the next read, and
+        # before closing; one lost in a crash only means a redelivery, which
+        # the completion key makes harmless.
+        self._deferred: list[str] = []
         try:
             ensure_group(self._client)
         except redis.exceptions.RedisError as error:
@@ -160,6 +167,7 @@ class Consumer:
     def _take(self, count: int, *, block_ms: int | None) -> list[Delivery]:
         try:
             if self._read_own_pending:
+                self.flush_acks()  # first: a read of our own pending list must not see what is done
                 entries = self._client.xreadgroup(GROUP, self.name, {queue_name(): "0"}, count=count)
                 own = self._deliveries(entries, redelivered=True)
                 if own:
@@ -170,7 +178,13 @@ class Consumer:
                 claimed = self._claim(count)
                 if claimed:
                     return claimed
-            entries = self._client.xreadgroup(GROUP, self.name, {queue_name(): ">"}, count=count, block=block_ms)
+            # The deferred acks go out in the same round trip, ahead of the read.
+            pipe = self._client.pipeline(transaction=False)
+            if self._deferred:
+                pipe.xack(queue_name(), GROUP, *self._deferred)
+            pipe.xreadgroup(GROUP, self.name, {queue_name(): ">"}, count=count, block=block_ms)
+            entries = pipe.execute()[-1]
+            self._deferred = []
             return self._deliveries(entries, redelivered=False)
         except redis.exceptions.RedisError as error:
             raise translated("consume", error) from None
@@ -267,12 +281,18 @@ class Consumer:
 
     def ack(self, tag, *, multiple: bool = False, flush: bool = True) -> None:
         """XACK after the commit (a dead-letter entry is deleted instead)."""
-        self.ack_many([tag])
+        self.ack_many([tag], flush=flush)
 
     def ack_many(self, tags: list, *, flush: bool = True) -> None:
-        """One XACK for a batch's entries."""
+        """One XACK for a batch's entries; flush=False defers it (see _deferred)."""
         dead = [tag[len(DEAD_PREFIX) :] for tag in tags if str(tag).startswith(DEAD_PREFIX)]
         live = [tag for tag in tags if not str(tag).startswith(DEAD_PREFIX)]
+        if not flush and not dead:
+            self._deferred += live  # sent with the next read, at the latest
+            if len(self._deferred) > self.prefetch:
+                self.flush_acks()
+            return
+        live, self._deferred = self._deferred + live, []
         try:
             if live:
                 self._client.xack(queue_name(), GROUP, *live)
@@ -280,6 +300,11 @@ class Consumer:
                 self._client.xdel(dead_letter_queue_name(), *dead)
         except redis.exceptions.RedisError as error:
             raise translated("ack", error) from None
+
+    def flush_acks(self) -> None:
+        """Send the deferred acks now, if any."""
+        if self._deferred:
+            self.ack_many([])
 
     def requeue(self, tag) -> None:
         """Hand a delivery back: it stays in this consumer's pending list and
@@ -290,11 +315,15 @@ class Consumer:
 
     def stop_consuming(self) -> None:
         """Nothing to cancel: unacked entries stay pending under this consumer's name."""
+        self.flush_acks()
 
     def keepalive(self, seconds: float = 0) -> None:
+        self.flush_acks()
         time.sleep(seconds)  # no heartbeats to answer; an idle client loses nothing
 
     def close(self) -> None:
+        with contextlib.suppress(BrokerError):
+            self.flush_acks()
         self._client.close()
 
 
