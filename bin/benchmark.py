@@ -14,7 +14,7 @@ figures as JSON (default benchmark.json):
   web        registration POSTs through gunicorn at fixed rates; RabbitMQ up and down
   memory     the worker's resident memory after 1,000 and 100,000 deliveries
   backlog    reconcile republishing 10,000 registrations left by an outage
-  redis      the same raw ceilings and workers on Redis Streams (a redis-server of its own)
+  redis      the same raw ceilings, workers and web path on Redis Streams (a redis-server of its own)
 
 Each figure is the median of 3 runs (min and max shown). Throughput is
 deliveries / (last commit - first commit), the same clock for every contender.
@@ -380,10 +380,10 @@ async def post_at_rate(port: int, rate: float, seconds: float, cookie: str, toke
     return sorted(latencies), errors
 
 
-def start_gunicorn(port: int, rabbitmq_url: str) -> subprocess.Popen:
+def start_gunicorn(port: int, broker_url: str) -> subprocess.Popen:
     env = {
         **os.environ,
-        "RABBITMQ_URL": rabbitmq_url,
+        "NIGHTJAR_BROKER_URL": broker_url,
         "DJANGO_SECURE_SSL_REDIRECT": "0",
         "DJANGO_SECURE_COOKIES": "0",
         "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
@@ -409,14 +409,16 @@ def csrf_pair(port: int) -> tuple[str, str]:
     return cookie, token
 
 
-def bench_web(rates: list[int], seconds: float) -> None:
-    for label, url in (("up", os.environ["RABBITMQ_URL"]), ("down", f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")):
-        say(f"Web path, RabbitMQ {label} (gunicorn, POST /evening/, {seconds:.0f} s per rate)")
+def bench_web(rates: list[int], seconds: float, *, key: str = "web") -> None:
+    """The broker the settings name up, then a port where nothing listens."""
+    broker, up_url = transport.name(), settings.NIGHTJAR_BROKER_URL
+    down_url = f"redis://127.0.0.1:{free_port()}/0" if transport.kind() == "redis_streams" else None
+    for label, url in (("up", up_url), ("down", down_url or f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")):
+        say(f"Web path, {broker} {label} (gunicorn, POST /evening/, {seconds:.0f} s per rate)")
         held_runs = []
         table = {}
         for _ in range(RUNS):
-            reset_database()
-            publish_bulk([])  # an empty queue, as in steady state
+            prepare(0)  # an empty database and queue, as in steady state
             # A worker drains the queue as in production (its CPU counts too). In
             # batch mode it takes SQLite's write lock once per batch instead of
             # once per delivery, which is what keeps the web's p99 low.
@@ -442,8 +444,8 @@ def bench_web(rates: list[int], seconds: float) -> None:
                 proc.wait(timeout=30)
                 stop(workers)
             held_runs.append(held)
-        record(f"web_{label}_held_rate", f"highest rate held with p99 < 50 ms, RabbitMQ {label}", held_runs, "req/s")
-        RESULTS[f"web_{label}_held_rate"]["p99_ms_by_rate"] = table
+        record(f"{key}_{label}_held_rate", f"highest rate held with p99 < 50 ms, {broker} {label}", held_runs, "req/s")
+        RESULTS[f"{key}_{label}_held_rate"]["p99_ms_by_rate"] = table
 
 
 # --- 6. Memory ---------------------------------------------------------------------
@@ -545,7 +547,7 @@ def raw_redis_consumer(n: int, batch: int, *, ack_with_read: bool = False) -> fl
     return (n - 1) / (last - first)
 
 
-def bench_redis(n: int) -> None:
+def bench_redis(n: int, web_rates: list[int], web_seconds: float) -> None:
     """Raw ceilings and Nightjar's worker on Redis Streams, in the same run as RabbitMQ's."""
     folder, port = FOLDER / "redis", free_port()
     url = subprocess.run(
@@ -577,6 +579,7 @@ def bench_redis(n: int) -> None:
             for raw in raws:
                 figure[f"ratio_to_{raw}"] = statistics.median(values) / RESULTS[raw]["median"]
                 say(f"    = {figure[f'ratio_to_{raw}']:.0%} of {RESULTS[raw]['label']}")
+        bench_web(web_rates, web_seconds, key="redis_web")
     finally:
         settings.NIGHTJAR_BROKER_URL = saved[0]
         if saved[1] is None:
@@ -608,16 +611,16 @@ def main() -> int:
             bench_batch(n)
         if "latency" in args.only:
             bench_latency(100, 5 if args.quick else 20)
+        web_rates = [100, 250, 400] if args.quick else [100, 200, 250, 300, 400, 500, 650, 800]
+        web_seconds = 3 if args.quick else 5
         if "web" in args.only:
-            bench_web(
-                [100, 250, 400] if args.quick else [100, 200, 250, 300, 400, 500, 650, 800], 3 if args.quick else 5
-            )
+            bench_web(web_rates, web_seconds)
         if "memory" in args.only:
             bench_memory(1000, 5000 if args.quick else 100_000)
         if "backlog" in args.only:
             bench_backlog(2000 if args.quick else 10_000)
         if "redis" in args.only:
-            bench_redis(n)
+            bench_redis(n, web_rates, web_seconds)
     finally:
         transport.delete_queues()
         if OWN_NODE:

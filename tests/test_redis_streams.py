@@ -5,7 +5,9 @@ they were handled, a server killed -9 mid-run, and what an acknowledged XADD
 survives."""
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.ports import free_port
 from tickets import services, transport
-from tickets.models import Registration
+from tickets.models import DeliveryFailure, Registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,9 +93,14 @@ def test_an_entry_trimmed_before_it_was_handled_is_reported_and_reconcile_republ
         text=True,
         timeout=60,
     )
-    assert "was trimmed before it was handled; reconcile republishes its registration" in result.stdout
+    assert "was trimmed before it was handled; reconcile republishes it." in result.stdout
     assert "No ready registrations" in result.stdout
     assert not registration.tickets.exists()
+    # Staff see it beside the failed attempts, with the entry's id.
+    (record,) = DeliveryFailure.objects.all()
+    entry = re.search(r"Redis entry (\S+) was trimmed", result.stdout).group(1)
+    assert record.error == f"Entry {entry} of {transport.queue_name()} was trimmed before it was handled"
+    assert record.worker.startswith(f"{socket.gethostname()}:") and record.registration is None
 
     services.reconcile_registrations(older_than=0)
     assert f"Received {registration.code} redelivered=False" in workers.run().stdout

@@ -386,6 +386,21 @@ def record_failure(*, delivery: transport.Delivery, error: BaseException, worker
         logger.warning("Could not record the failed attempt (the database may be what failed)", exc_info=True)
 
 
+def record_lost_entry(*, entry: str, worker: str) -> None:
+    """A delivery the broker dropped before it was handled (a Redis entry
+    trimmed while pending): its body is gone, so which registration it was is
+    unknown; reconcile republishes whatever has no ticket. Staff see it with
+    the failed attempts (best effort, like them)."""
+    try:
+        DeliveryFailure.objects.create(
+            registration=None,
+            worker=worker[:100],
+            error=f"Entry {entry} of {transport.queue_name()} was trimmed before it was handled"[:300],
+        )
+    except Exception:
+        logger.warning("Could not record the trimmed entry %s", entry, exc_info=True)
+
+
 @dataclass
 class RegistrationState:
     code: str

@@ -82,6 +82,7 @@ class Worker:
         nothing was ready. Raises the first error, after the rest of a batch
         was handled one by one (the failed deliveries stay unacked)."""
         work = self.collect_batch() if self.batch else self.consumer.get()
+        self.record_lost()
         if not work:
             return False
         failed = self.try_process(work)
@@ -209,6 +210,7 @@ class Worker:
                 self.say(f"Serving {transport.queue_name()} (prefetch {self.prefetch}); stop with Ctrl+C or SIGTERM.")
                 backoff = 1.0
                 for delivery in self.deliveries():
+                    self.record_lost()
                     if delivery:
                         self.process_or_hand_back(delivery)
                     if self.reconcile_every and time.monotonic() - last_reconcile >= self.reconcile_every:
@@ -270,6 +272,14 @@ class Worker:
             self.failed += 1
             services.record_failure(delivery=delivery, error=error, worker=self.name)
             return [(delivery, error)]
+
+    def record_lost(self) -> None:
+        """Entries the broker dropped before they were handled: one line for
+        the terminal, one record for staff; reconcile republishes them."""
+        while self.consumer.lost:
+            entry = self.consumer.lost.pop(0)
+            services.record_lost_entry(entry=entry, worker=self.name)
+            self.say(f"{transport.name()} entry {entry} was trimmed before it was handled; reconcile republishes it.")
 
     def reconcile(self) -> None:
         try:

@@ -99,6 +99,9 @@ def reset() -> None:
 
 
 def Consumer(*, prefetch: int = 1):  # noqa: N802 (a factory that reads as the class it returns)
+    """The worker's side. Besides get/consume/ack/ack_many/requeue/keepalive/
+    close, `lost` lists entries the broker dropped before they were handled
+    (Redis: trimmed while pending); the worker records and empties it."""
     return backend().Consumer(prefetch=prefetch)
 
 

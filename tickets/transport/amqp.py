@@ -297,6 +297,7 @@ class Consumer:
         # it covers half the prefetch, before anything is handed back, when
         # the consumer goes idle, and before the channel closes.
         self._prefetch = prefetch
+        self.lost: list[str] = []  # RabbitMQ never loses a delivery it handed out unacked
         self._deferred_tag = 0
         self._deferred_count = 0
 

@@ -137,7 +137,9 @@ class Consumer:
         self._last_claim = 0.0
         # Read but not yet handed out: a batch that stops early leaves the rest here.
         self._buffer: collections.deque[Delivery] = collections.deque()
-        self.trimmed: list[str] = []  # pending entries found deleted (trimmed before they were handled)
+        # Entries found deleted while pending (trimmed before they were
+        # handled): the worker records them for staff and empties this list.
+        self.lost: list[str] = []
         # Deferred acks (flush=False, service mode): committed entries whose
         # XACK waits to go out with others, saving a round trip per delivery.
         # Sent once they cover half the prefetch, before the next read, and
@@ -256,7 +258,7 @@ class Consumer:
     def _note_trimmed(self, ids) -> None:
         for entry_id in ids:
             tag = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-            self.trimmed.append(tag)
+            self.lost.append(tag)
             logger.warning(
                 "Entry %s of %s was trimmed before it was handled; reconcile republishes its registration",
                 tag,
