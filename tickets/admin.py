@@ -1,6 +1,7 @@
 """The staff desk. Actions call the same services as the management commands;
 nothing here changes rows on its own."""
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
@@ -210,6 +211,7 @@ class RegistrationAdmin(admin.ModelAdmin):
             "title": "Delivery status",
             "status": status,
             "oldest": oldest,
+            "stream_maxlen": f"{settings.NIGHTJAR_STREAM_MAXLEN:,}",
             "registrations_url": reverse("admin:tickets_registration_changelist"),
             "opts": self.model._meta,
         }
