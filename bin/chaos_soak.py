@@ -160,7 +160,7 @@ class Soak:
         deadline = self.started + self.args.max_seconds
         n = self.args.registrations
         self.say(
-            f"Folder {self.folder}; starting RabbitMQ, migrating, starting gunicorn and {len(self.workers)} workers"
+            f"Folder {self.folder}; starting {self.broker}, migrating, starting gunicorn and {len(self.workers)} workers"
         )
         self.rabbit("start")
         self.manage("migrate", "--noinput")

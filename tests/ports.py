@@ -25,3 +25,14 @@ def free_port(*, rabbitmq: bool = False) -> int:
         if port < 45000 and port_is_free(port + 10000) and port_is_free(port + 20000):
             return port
     raise RuntimeError("No free ports on 127.0.0.1.")
+
+
+def free_cluster_port(nodes: int) -> int:
+    """A base port for bin/rabbitmq-cluster: node I takes BASE+I-1, +10000 and
+    +20000 of it, and the cluster's epmd BASE+19990; all of them free."""
+    for _ in range(200):
+        base = free_port()
+        wanted = [base + 19990] + [base + i + offset for i in range(nodes) for offset in (0, 10000, 20000)]
+        if base < 40000 and all(port_is_free(port) for port in wanted):
+            return base
+    raise RuntimeError("No free port range on 127.0.0.1 for a cluster.")

@@ -212,6 +212,7 @@ class RegistrationAdmin(admin.ModelAdmin):
             "status": status,
             "oldest": oldest,
             "stream_maxlen": f"{settings.NIGHTJAR_STREAM_MAXLEN:,}",
+            "replicas": services.describe_replicas(status.queue),
             "registrations_url": reverse("admin:tickets_registration_changelist"),
             "opts": self.model._meta,
         }

@@ -20,6 +20,14 @@ def broker_settings(app_configs, **kwargs):
                 id="nightjar.E001",
             )
         )
+    elif len(urls) > 1 and any(transport.SCHEMES[url.scheme] != "amqp" for url in urls):
+        errors.append(
+            checks.Error(
+                "NIGHTJAR_BROKER_URL lists several URLs, but only RabbitMQ takes a list of cluster nodes.",
+                hint="Give Redis one URL (redis://host:6379/0).",
+                id="nightjar.E004",
+            )
+        )
     if not settings.NIGHTJAR_QUEUE.strip():
         errors.append(
             checks.Error("NIGHTJAR_QUEUE is empty.", hint="Leave it unset for the default.", id="nightjar.E002")

@@ -481,6 +481,22 @@ def delivery_status() -> DeliveryStatus:
     )
 
 
+def describe_replicas(queue: dict | None) -> str:
+    """RabbitMQ's quorum queue on a cluster: its leader and which members are
+    online, in one line (empty when the broker did not say)."""
+    if not queue or not queue.get("members"):
+        return ""
+    online = [member for member in queue["members"] if member in queue["online"]]
+    offline = [member for member in queue["members"] if member not in queue["online"]]
+    line = f"leader {queue['leader'] or 'none'}; {len(online)} of {len(queue['members'])} members online"
+    line += f" ({', '.join(online) or 'none'})"
+    if offline:
+        line += f"; offline: {', '.join(offline)}"
+    if len(online) * 2 <= len(queue["members"]):
+        line += " — no quorum: publishes wait (left for reconcile) until a majority is back"
+    return line
+
+
 def dependency_health() -> dict[str, str]:
     """ "ok" or "unavailable" for the database and the broker, each within its
     own deadline; the reasons go to the log, never to the caller."""

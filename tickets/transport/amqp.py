@@ -13,7 +13,10 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import queue
+import random
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -43,23 +46,41 @@ URL_DEFAULTS = {
 }
 
 
+def urls() -> list[str]:
+    """The node URLs: NIGHTJAR_BROKER_URL may list a cluster's nodes separated
+    by `;` (Celery's convention), e.g. amqp://u:p@h1/%2F;amqp://u:p@h2/%2F."""
+    return [url.strip() for url in settings.NIGHTJAR_BROKER_URL.split(";") if url.strip()]
+
+
 def masked_url(url: str | None = None) -> str:
-    """The broker URL with its password hidden, for logs and messages."""
-    parts = urlsplit(url or settings.NIGHTJAR_BROKER_URL)
-    if parts.password is None:
-        return parts.geturl()
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """The broker URL(s) with passwords hidden, for logs and messages."""
+
+    def mask(one: str) -> str:
+        parts = urlsplit(one)
+        if parts.password is None:
+            return parts.geturl()
+        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+    return ";".join(mask(one) for one in (url.split(";") if url else urls()))
 
 
-def parameters() -> pika.URLParameters:
-    url = settings.NIGHTJAR_BROKER_URL
-    given = parse_qs(urlsplit(url).query)
-    params = pika.URLParameters(url)
-    for name, value in URL_DEFAULTS.items():
-        if name not in given:
-            setattr(params, name, value)
-    return params
+def parameters() -> list[pika.URLParameters]:
+    """Connection parameters for every node, in a shuffled order: each client
+    picks a node at random, and moves on to the next when it is refused or
+    silent. pika takes connection_attempts and retry_delay from the last
+    element for the whole list, so every element gets one attempt each."""
+    nodes = []
+    for url in urls():
+        given = parse_qs(urlsplit(url).query)
+        params = pika.URLParameters(url)
+        for name, value in URL_DEFAULTS.items():
+            if name not in given:
+                setattr(params, name, value)
+        # Shown by `rabbitmqctl list_connections client_properties` and the management UI.
+        params.client_properties = {"connection_name": f"nightjar {socket.gethostname()}:{os.getpid()}"}
+        nodes.append(params)
+    random.shuffle(nodes)
+    return nodes
 
 
 def _is_broker_failure(error: Exception) -> bool:
@@ -405,9 +426,11 @@ def short_channel(action: str):
                 connection.close()
 
 
-def queue_counts() -> dict[str, int]:
+def queue_counts() -> dict:
     """Ready messages in the work and dead-letter queues, and consumers
-    attached; waits at most NIGHTJAR_BROKER_TIMEOUT (plus the management API's)."""
+    attached; waits at most NIGHTJAR_BROKER_TIMEOUT (plus the management
+    API's). From the management API: unacknowledged deliveries and, on a
+    cluster, the quorum queue's leader and which of its members are online."""
 
     def count():
         with short_channel("queue status") as channel:
@@ -415,29 +438,37 @@ def queue_counts() -> dict[str, int]:
 
     work, dead = within(settings.NIGHTJAR_BROKER_TIMEOUT, "queue status", count)
     counts = {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
-    counts["unacked"], counts["unacked_error"] = unacked_count()
+    info, error = management_queue_info()
+    counts["unacked"] = None if info is None else int(info.get("messages_unacknowledged", 0))
+    counts["unacked_error"] = error
+    if info is not None and info.get("members"):
+        counts["leader"] = info.get("leader", "")
+        counts["members"] = list(info["members"])
+        counts["online"] = list(info.get("online", []))
     return counts
 
 
-def unacked_count() -> tuple[int | None, str]:
-    """Unacknowledged deliveries, from the management API (AMQP cannot tell).
-    Returns (count, "") or (None, why not)."""
+def management_queue_info() -> tuple[dict | None, str]:
+    """The work queue as the management API reports it (AMQP cannot tell how
+    many deliveries are unacknowledged, nor where the replicas are). Tries
+    each URL of RABBITMQ_MANAGEMENT_URL (`;`-separated on a cluster) within
+    NIGHTJAR_BROKER_TIMEOUT each. Returns (data, "") or (None, why not)."""
     if not settings.RABBITMQ_MANAGEMENT_URL:
         return None, "RABBITMQ_MANAGEMENT_URL is not set"
-    amqp = urlsplit(settings.NIGHTJAR_BROKER_URL)
+    amqp = urlsplit(urls()[0])
     vhost = unquote(amqp.path[1:]) if len(amqp.path) > 1 else "/"
-    url = urljoin(
-        settings.RABBITMQ_MANAGEMENT_URL, f"api/queues/{quote(vhost, safe='')}/{quote(queue_name(), safe='')}"
-    )
+    path = f"api/queues/{quote(vhost, safe='')}/{quote(queue_name(), safe='')}"
     user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    try:
-        request = Request(url, headers={"Authorization": f"Basic {token}"})
-        with urlopen(request, timeout=settings.NIGHTJAR_BROKER_TIMEOUT) as response:
-            data = json.load(response)
-    except (OSError, ValueError) as error:
-        return None, f"management API unreachable: {error}"
-    return int(data.get("messages_unacknowledged", 0)), ""
+    errors = []
+    for base in settings.RABBITMQ_MANAGEMENT_URL.split(";"):
+        try:
+            request = Request(urljoin(base.strip(), path), headers={"Authorization": f"Basic {token}"})
+            with urlopen(request, timeout=settings.NIGHTJAR_BROKER_TIMEOUT) as response:
+                return json.load(response), ""
+        except (OSError, ValueError) as error:
+            errors.append(str(error))
+    return None, f"management API unreachable: {'; '.join(errors)}"
 
 
 def purge_queues() -> None:

@@ -1,0 +1,268 @@
+"""Past one machine: a three-node RabbitMQ cluster (bin/rabbitmq-cluster, on
+loopback) with two gunicorn processes and three workers in service mode,
+while nodes are killed for real. Every registration must end with exactly one
+ticket, and every guest must get the registration page in time.
+
+Runs on the suite's database (SQLite, and PostgreSQL in bin/test's second pass).
+"""
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, Guest
+from tests.ports import free_cluster_port, free_port
+from tickets import services, transport
+from tickets.models import Registration, Ticket
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
+
+CLUSTER = str(ROOT / "bin" / "rabbitmq-cluster")
+# A guest's POST: the publish deadline (NIGHTJAR_BROKER_TIMEOUT, 1 s) plus the page.
+POST_SECONDS = 3.0
+
+
+class Cluster:
+    def __init__(self, folder: Path, url: str, management_urls: list[str]) -> None:
+        self.folder, self.url, self.management_urls = folder, url, management_urls
+        self.down: set[int] = set()
+
+    def run(self, *args: str, timeout: float = 400) -> str:
+        result = subprocess.run([CLUSTER, *args], capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    def kill(self, node: int) -> None:
+        self.run("kill-node", str(self.folder), str(node))
+        self.down.add(node)
+
+    def start(self, *nodes: int) -> None:
+        """Start stopped nodes together (each waits for the others' tables)."""
+        procs = [
+            subprocess.Popen([CLUSTER, "start-node", str(self.folder), str(n)], stdout=subprocess.DEVNULL)
+            for n in nodes
+        ]
+        for proc in procs:
+            assert proc.wait(timeout=400) == 0
+        self.down -= set(nodes)
+
+    def api(self, path: str):
+        """The management API of the first node that answers."""
+        for index, base in enumerate(self.management_urls, start=1):
+            if index in self.down:
+                continue
+            request = urllib.request.Request(base + path, headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    return json.load(response)
+            except OSError:
+                continue
+        raise AssertionError("no management API answered")
+
+    def node_index(self, name: str) -> int:
+        return int(name.split("@")[0].rsplit("-", 1)[1])
+
+    def leader(self, queue: str) -> int:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            leader = self.api(f"api/queues/%2F/{queue}").get("leader")
+            if leader and self.node_index(leader) not in self.down:
+                return self.node_index(leader)
+            time.sleep(0.5)
+        raise AssertionError("the queue has no leader")
+
+    def node_of(self, pids: list[int]) -> int:
+        """The node most of these processes' connections are on."""
+        names = {f"nightjar {name}" for name in self._names(pids)}
+        nodes = [
+            c["node"]
+            for c in self.api("api/connections")
+            if c.get("client_properties", {}).get("connection_name") in names
+        ]
+        assert nodes, "the workers have no connection"
+        return self.node_index(max(set(nodes), key=nodes.count))
+
+    @staticmethod
+    def _names(pids: list[int]) -> list[str]:
+        return [f"{socket.gethostname()}:{pid}" for pid in pids]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cluster")
+    base = free_cluster_port(3)
+    result = subprocess.run([CLUSTER, "start", str(folder), "3", str(base)], capture_output=True, text=True)
+    if result.returncode != 0:
+        subprocess.run([CLUSTER, "stop", str(folder)], capture_output=True)
+        pytest.fail(f"The three-node cluster did not start:\n{result.stderr}", pytrace=False)
+    management = subprocess.run(
+        [CLUSTER, "management-url", str(folder)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        yield Cluster(folder, result.stdout.strip(), management.split(";"))
+    finally:
+        subprocess.run([CLUSTER, "stop", str(folder)], capture_output=True, timeout=300)
+
+
+@pytest.fixture
+def on_cluster(cluster, settings, worker_env):
+    """This test's settings, workers and web processes use the cluster."""
+    settings.NIGHTJAR_BROKER_URL = worker_env["NIGHTJAR_BROKER_URL"] = cluster.url
+    settings.RABBITMQ_MANAGEMENT_URL = worker_env["RABBITMQ_MANAGEMENT_URL"] = ";".join(cluster.management_urls)
+    transport.reset()
+    yield cluster
+    for node in sorted(cluster.down):
+        cluster.start(node)  # the next test finds all three running
+    transport.reset()
+
+
+@pytest.fixture
+def two_webs(on_cluster, worker_env):
+    """Two gunicorn processes (two web machines), each with two workers."""
+    servers, urls = [], []
+    for _ in range(2):
+        port = free_port()
+        env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+        command = [sys.executable, "-m", "gunicorn", "nightjar.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2"]
+        servers.append(
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    for url in urls:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/"]).returncode != 0:
+            assert time.monotonic() < deadline, "gunicorn did not answer within 30 s"
+            time.sleep(0.2)
+    yield urls
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        server.wait(timeout=30)
+
+
+class Load:
+    """Guests registering at a steady rate through both web processes."""
+
+    def __init__(self, urls: list[str], per_second: float = 8) -> None:
+        self.urls, self.interval = urls, 1 / per_second
+        self.results: list[tuple[int, bool, float]] = []  # status, registration page?, seconds
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        guests = [Guest(url) for url in self.urls]
+        n = 0
+        while not self.stop.is_set():
+            started = time.monotonic()
+            status, page, seconds = guests[n % len(guests)].register(f"Cluster Guest {n}", timeout=30)
+            self.results.append((status, '<span class="code">R-' in page, seconds))
+            n += 1
+            self.stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+    def check(self) -> None:
+        assert self.results, "no registrations were posted"
+        failed = [r for r in self.results if r[0] != 200 or not r[1]]
+        assert not failed, f"{len(failed)} of {len(self.results)} guests did not get the registration page"
+        slowest = max(seconds for _, _, seconds in self.results)
+        print(f"{len(self.results)} POSTs, slowest {slowest:.2f} s")
+        assert slowest < POST_SECONDS
+
+
+def start_three_workers(workers):
+    return [
+        workers.start("--serve", "--prefetch", "10"),
+        workers.start("--serve", "--batch", "10"),
+        workers.start("--serve", "--prefetch", "10"),
+    ]
+
+
+def finish_and_audit(expected: int, deadline_seconds: float = 180) -> float:
+    """Reconcile until nothing is pending, then audit. Returns the longest gap in tickets."""
+    deadline = time.monotonic() + deadline_seconds
+    while services.pending_registrations().exists():
+        assert time.monotonic() < deadline, f"{services.pending_registrations().count()} still pending"
+        with contextlib.suppress(transport.BrokerError):
+            services.reconcile_registrations(older_than=5)
+        time.sleep(2)
+    assert Registration.objects.count() == expected
+    report = services.audit_invariants(pending_older_than=0)
+    assert report.passed, report.violations
+    assert Ticket.objects.count() == expected
+    issued = sorted(Ticket.objects.values_list("issued", flat=True))
+    return max((b - a).total_seconds() for a, b in zip(issued, issued[1:], strict=False))
+
+
+def test_the_quorum_queue_has_a_replica_on_every_node_and_status_says_so(on_cluster):
+    services.register_guest(name="Replica Check")
+    counts = transport.queue_counts()
+    assert len(counts["members"]) == 3 and sorted(counts["online"]) == sorted(counts["members"])
+    line = services.describe_replicas(counts)
+    assert line.startswith(f"leader {counts['leader']}; 3 of 3 members online")
+
+
+def test_killing_the_leader_and_then_the_workers_node_loses_nothing_and_duplicates_nothing(
+    on_cluster, two_webs, workers
+):
+    procs = start_three_workers(workers)
+    for proc in procs:
+        proc.wait_for("Serving")
+    with Load(two_webs) as load:
+        time.sleep(4)
+        leader = on_cluster.leader(transport.queue_name())
+        on_cluster.kill(leader)
+        print(f"killed the leader, node {leader}")
+        time.sleep(3)
+        new_leader = on_cluster.leader(transport.queue_name())
+        assert new_leader != leader
+        on_cluster.start(leader)
+        time.sleep(2)
+        target = on_cluster.node_of([proc.proc.pid for proc in procs])
+        on_cluster.kill(target)
+        print(f"killed node {target}, where the workers were connected")
+        time.sleep(5)
+        on_cluster.start(target)
+        time.sleep(3)
+    load.check()
+    gap = finish_and_audit(len(load.results))
+    print(f"longest gap between tickets: {gap:.1f} s")
+    for proc in procs:
+        assert proc.proc.poll() is None, "a worker died"
+
+
+def test_with_quorum_lost_guests_still_get_their_page_and_everything_is_finished_afterwards(
+    on_cluster, two_webs, workers
+):
+    procs = start_three_workers(workers)
+    for proc in procs:
+        proc.wait_for("Serving")
+    with Load(two_webs) as load:
+        time.sleep(3)
+        survivor = on_cluster.leader(transport.queue_name())
+        lost = [n for n in (1, 2, 3) if n != survivor]
+        for node in lost:
+            on_cluster.kill(node)
+        print(f"killed nodes {lost}: no quorum for 20 s")
+        time.sleep(20)
+        on_cluster.start(*lost)
+        time.sleep(5)
+    load.check()
+    gap = finish_and_audit(len(load.results))
+    print(f"longest gap between tickets: {gap:.1f} s")
+    for proc in procs:
+        assert proc.proc.poll() is None, "a worker died"
