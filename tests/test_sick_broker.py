@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ROOT, Guest
 from tickets import services, transport
 from tickets.models import Registration
-from tickets.transport import amqp
+from tickets.transport import Backoff, amqp
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Generous: the deadline is 1 s; this bound only catches a wait with none.
@@ -138,3 +138,34 @@ def test_every_pika_failure_is_a_broker_error():
             raise error
     with pytest.raises(KeyError), amqp.translated_errors("test"):  # our own bugs are not dressed up as outages
         raise KeyError("bug")
+
+
+@pytest.mark.amqp_only
+def test_a_nacked_publish_gets_a_fresh_connection_for_the_next_one(rabbit):
+    """After a quorum queue's leader changes, a channel can have every later
+    publish nacked until the connection is reopened: a nack must drop the
+    connection. RabbitMQ nacks for real here: a policy makes the queue refuse
+    new messages (max-length 0, reject-publish)."""
+    registration = services.register_guest(name="Nacked Guest")  # the publisher's connection is open now
+    before = amqp.publisher._thread.connection
+    assert before is not None and before.is_open
+    policy = f"nack-{transport.queue_name()}"
+    rabbit.ctl("set_policy", policy, f"^{transport.queue_name()}$", '{"max-length":0,"overflow":"reject-publish"}')
+    try:
+        deadline = time.monotonic() + 10  # a policy applies within moments
+        while True:
+            try:
+                services.publish_registration(registration)
+            except transport.BrokerError as error:
+                refused = str(error)
+                break
+            assert time.monotonic() < deadline, "RabbitMQ never nacked"
+            time.sleep(0.2)
+    finally:
+        rabbit.ctl("clear_policy", policy)
+    assert "RabbitMQ refused the message" in refused
+    assert amqp.publisher._thread.connection is None  # dropped, not kept for the next publish
+    time.sleep(Backoff.START + 0.1)  # the publisher's backoff after a failure
+    services.publish_registration(registration)
+    after = amqp.publisher._thread.connection
+    assert after is not None and after is not before and after.is_open
