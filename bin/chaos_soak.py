@@ -10,6 +10,11 @@ runs 3 workers in service mode while SIGKILLing a random one every 0.3-1 s
 (and restarting it), stops and restarts RabbitMQ once mid-run, then runs
 reconcile until nothing is pending and finally `audit`, which must pass with
 exactly N tickets. Exit status 0 only then.
+
+    --transport redis          Redis Streams instead (redis-server stopped and restarted mid-run)
+    --cluster 3                a three-node RabbitMQ cluster (bin/rabbitmq-cluster); instead of the
+                               restart, the quorum queue's leader is killed -9 mid-run and started again
+    --database postgres        a throwaway PostgreSQL cluster (bin/postgres-cluster) instead of SQLite
 """
 
 import argparse
@@ -33,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
-from tests.ports import free_port  # noqa: E402
+from tests.ports import free_cluster_port, free_port  # noqa: E402
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -46,12 +51,27 @@ class Soak:
         self.args = args
         self.folder = Path(tempfile.mkdtemp(prefix="nightjar-chaos-"))
         self.broker = "redis" if args.transport == "redis" else "rabbitmq"
+        self.cluster = args.cluster if self.broker == "rabbitmq" else 0
         self.rabbit_dir = self.folder / self.broker
-        self.rabbit_port = free_port(rabbitmq=self.broker == "rabbitmq")
+        if self.cluster:
+            self.rabbit_port = free_cluster_port(self.cluster)
+        else:
+            self.rabbit_port = free_port(rabbitmq=self.broker == "rabbitmq")
         self.web_port = free_port()
+        self.database_dir = self.folder / "postgres" if args.database == "postgres" else None
+        if self.database_dir:
+            database_url = subprocess.run(
+                [str(ROOT / "bin" / "postgres-cluster"), "start", str(self.database_dir), str(free_port())],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        else:
+            database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{self.folder / 'chaos.sqlite3'}"
+        self.leader_kills = 0
         self.env = {
             **os.environ,
-            "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{self.folder / 'chaos.sqlite3'}",
+            "DATABASE_URL": database_url,
             "NIGHTJAR_QUEUE": "nightjar.chaos",
             "DJANGO_DEBUG": "0",
             "DJANGO_SECURE_SSL_REDIRECT": "0",
@@ -83,7 +103,20 @@ class Soak:
         return result
 
     def rabbit(self, action: str) -> None:
-        """Start or stop the broker (a RabbitMQ node, or redis-server with --transport redis)."""
+        """Start or stop the broker (a RabbitMQ node or cluster, or redis-server with --transport redis)."""
+        if self.cluster:
+            cluster = str(ROOT / "bin" / "rabbitmq-cluster")
+            if action == "stop":
+                subprocess.run([cluster, "stop", str(self.rabbit_dir)], capture_output=True, timeout=300)
+                return
+            start = [cluster, "start", str(self.rabbit_dir), str(self.cluster), str(self.rabbit_port)]
+            self.env["NIGHTJAR_BROKER_URL"] = subprocess.run(
+                start, capture_output=True, text=True, timeout=600, check=True
+            ).stdout.strip()
+            self.env["RABBITMQ_MANAGEMENT_URL"] = subprocess.run(
+                [cluster, "management-url", str(self.rabbit_dir)], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            return
         command = [str(ROOT / "bin" / f"{self.broker}-node"), action, str(self.rabbit_dir)]
         if action == "start":
             command.append(str(self.rabbit_port))
@@ -91,6 +124,25 @@ class Soak:
         if action == "start":
             self.env["NIGHTJAR_BROKER_URL"] = result.stdout.strip()
             self.env["RABBITMQ_MANAGEMENT_URL"] = f"http://127.0.0.1:{self.rabbit_port + 10000}/"
+
+    def kill_leader(self) -> None:
+        """kill -9 the node that leads the quorum queue, then start it again."""
+        cluster = str(ROOT / "bin" / "rabbitmq-cluster")
+        queues = subprocess.run(
+            [cluster, "ctl", str(self.rabbit_dir), "1", "list_queues", "-q", "name", "leader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        leader = next(line.split()[1] for line in queues.splitlines() if line.split()[:1] == ["nightjar.chaos"])
+        node = leader.split("@")[0].rsplit("-", 1)[1]
+        self.say(f"{self.posted} posted; kill -9 the queue's leader, node {node} ({leader})")
+        subprocess.run([cluster, "kill-node", str(self.rabbit_dir), node], check=True)
+        self.leader_kills += 1
+        time.sleep(3)
+        self.say(f"{self.posted} posted; starting node {node} again")
+        subprocess.run([cluster, "start-node", str(self.rabbit_dir), node], check=True, timeout=600)
+        self.broker_restarts += 1
 
     def start_worker(self, index: int) -> None:
         log = self.folder / f"worker-{index}-{len(self.worker_logs)}.log"
@@ -184,12 +236,15 @@ class Soak:
                 client.start()
             while self.posted < n // 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            self.say(f"{self.posted} posted; stopping {self.broker}")
-            self.rabbit("stop")
-            time.sleep(2)
-            self.say(f"{self.posted} posted while {self.broker} is down; starting it again")
-            self.rabbit("start")
-            self.broker_restarts += 1
+            if self.cluster:
+                self.kill_leader()
+            else:
+                self.say(f"{self.posted} posted; stopping {self.broker}")
+                self.rabbit("stop")
+                time.sleep(2)
+                self.say(f"{self.posted} posted while {self.broker} is down; starting it again")
+                self.rabbit("start")
+                self.broker_restarts += 1
             for client in clients:
                 client.join(max(1, deadline - time.monotonic()))
             chaos_left = max(3.0, self.args.min_chaos_seconds - (time.monotonic() - chaos_started))
@@ -224,6 +279,8 @@ class Soak:
                     except subprocess.TimeoutExpired:
                         proc.kill()
             self.rabbit("stop")
+            if self.database_dir:
+                subprocess.run([str(ROOT / "bin" / "postgres-cluster"), "stop", str(self.database_dir)])
 
         redeliveries = sum(log.read_text().count("redelivered=True") for log in self.worker_logs)
         duration = time.monotonic() - self.started
@@ -235,6 +292,9 @@ class Soak:
         print(f"  tickets:              {totals['tickets']}")
         print(f"  worker kills:         {self.kills} (SIGKILL), restarts: {self.restarts}")
         print(f"  {self.broker} restarts:    {self.broker_restarts}")
+        if self.cluster:
+            print(f"  cluster:              {self.cluster} nodes, leader killed (-9) {self.leader_kills} time(s)")
+        print(f"  database:             {self.args.database}")
         print(f"  redeliveries seen:    {redeliveries}")
         print(f"  duration:             {duration:.1f} s")
         print(f"  audit:                {(audit.stdout + audit.stderr).strip()}")
@@ -252,6 +312,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument(
         "--transport", choices=["amqp", "redis"], default="amqp", help="RabbitMQ (default) or Redis Streams."
+    )
+    parser.add_argument(
+        "--cluster", type=int, default=0, help="RabbitMQ only: a cluster of this many nodes; its leader is killed once."
+    )
+    parser.add_argument(
+        "--database", choices=["sqlite", "postgres"], default="sqlite", help="postgres: a throwaway cluster of its own."
     )
     parser.add_argument("--max-seconds", type=float, default=900, help="Give up after this long (default 900).")
     parser.add_argument(

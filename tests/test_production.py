@@ -152,3 +152,29 @@ def test_a_broken_broker_url_and_lab_mode_in_production_are_system_check_finding
     lab = manage("check", "--deploy", "--fail-level", "WARNING", env={**PRODUCTION_ENV, "NIGHTJAR_LAB": "1"})
     assert lab.returncode != 0
     assert "nightjar.W001" in lab.stderr
+
+
+def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
+    """systemd's own checker on the unit files, pointed at this checkout."""
+    units = []
+    for name, instance in (
+        ("nightjar-web.service", "nightjar-web.service"),
+        ("nightjar-worker@.service", "nightjar-worker@1.service"),
+    ):
+        text = (ROOT / "deploy" / name).read_text()
+        assert "/srv/nightjar" in text
+        (tmp_path / instance).write_text(text.replace("/srv/nightjar", str(ROOT)))
+        units.append(str(tmp_path / instance))
+    result = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True)
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), result.stdout + result.stderr
+    worker = (ROOT / "deploy" / "nightjar-worker@.service").read_text()
+    assert "manage.py worker --serve" in worker and "KillSignal=SIGTERM" in worker
+    assert "NIGHTJAR_CONSUMER_NAME=%H-worker-%i" in worker
+
+
+def test_the_multi_node_broker_url_is_checked():
+    both = "amqp://guest:guest@127.0.0.1:5672/%2F;redis://127.0.0.1:6379/0"
+    result = manage("check", env={**PRODUCTION_ENV, "NIGHTJAR_BROKER_URL": both})
+    assert result.returncode != 0 and "nightjar.E004" in result.stderr
+    cluster = "amqp://guest:guest@127.0.0.1:5672/%2F;amqp://guest:guest@127.0.0.1:5673/%2F"
+    assert manage("check", env={**PRODUCTION_ENV, "NIGHTJAR_BROKER_URL": cluster}).returncode == 0

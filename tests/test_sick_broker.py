@@ -8,10 +8,12 @@ The node is frozen for real with SIGSTOP and alarmed for real with
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.conftest import ROOT, Guest
+from tests.ports import free_port
 from tickets import services, transport
 from tickets.models import Registration
 from tickets.transport import Backoff, amqp
@@ -169,3 +171,20 @@ def test_a_nacked_publish_gets_a_fresh_connection_for_the_next_one(rabbit):
     services.publish_registration(registration)
     after = amqp.publisher._thread.connection
     assert after is not None and after is not before and after.is_open
+
+
+@pytest.mark.amqp_only
+def test_a_node_list_is_tried_in_a_shuffled_order_past_a_dead_node(rabbit, settings, workers, worker_env):
+    """NIGHTJAR_BROKER_URL may list a cluster's nodes separated by `;`: every
+    process picks them in a random order and moves past one that refuses."""
+    dead = rabbit.url.replace(f":{urlsplit(rabbit.url).port}/", f":{free_port()}/")
+    settings.NIGHTJAR_BROKER_URL = worker_env["NIGHTJAR_BROKER_URL"] = f"{dead};{rabbit.url}"
+    orders = {tuple(p.port for p in amqp.parameters()) for _ in range(50)}
+    assert len(orders) == 2  # both orders occur
+    assert all(p.connection_attempts == 1 and p.heartbeat == 10 for p in amqp.parameters())
+    assert amqp.masked_url().count(":***@") == 2 and "guest:guest" not in amqp.masked_url()
+    started = time.monotonic()
+    registrations = [services.register_guest(name=f"Listed Node {n}") for n in range(5)]
+    assert time.monotonic() - started < POST_BOUND
+    assert "Drained 5" in workers.run("--drain").stdout
+    assert all(r.tickets.count() == 1 for r in registrations)
