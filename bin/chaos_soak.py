@@ -13,7 +13,8 @@ exactly N tickets. Exit status 0 only then.
 
     --transport redis          Redis Streams instead (redis-server stopped and restarted mid-run)
     --cluster 3                a three-node RabbitMQ cluster (bin/rabbitmq-cluster); instead of the
-                               restart, the quorum queue's leader is killed -9 mid-run and started again
+                               restart, the quorum queue's leader is killed -9 mid-run and started again,
+                               and (as root, nodes in network namespaces) the leader is cut off for 12 s
     --database postgres        a throwaway PostgreSQL cluster (bin/postgres-cluster) instead of SQLite
 """
 
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
+from tests import netns  # noqa: E402
 from tests.ports import free_cluster_port, free_port  # noqa: E402
 
 
@@ -58,7 +60,8 @@ class Soak:
         else:
             self.rabbit_port = free_port(rabbitmq=self.broker == "rabbitmq")
         self.web_port = free_port()
-        self.database_dir = self.folder / "postgres" if args.database == "postgres" else None
+        # A folder of its own: the soak's folder is private to root, and PostgreSQL runs as postgres.
+        self.database_dir = Path(tempfile.mkdtemp(prefix="nightjar-chaos-pg-")) if args.database == "postgres" else None
         if self.database_dir:
             database_url = subprocess.run(
                 [str(ROOT / "bin" / "postgres-cluster"), "start", str(self.database_dir), str(free_port())],
@@ -68,7 +71,17 @@ class Soak:
             ).stdout.strip()
         else:
             database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{self.folder / 'chaos.sqlite3'}"
-        self.leader_kills = 0
+        self.leader_kills = self.partitions = 0
+        # With a cluster, its nodes run on "machines" of their own (network
+        # namespaces) so that one can be cut off; that needs root and iptables.
+        self.network: netns.Network | None = None
+        self.no_partition = ""
+        if self.cluster:
+            self.no_partition = netns.why_not()
+            if self.no_partition and os.environ.get("NIGHTJAR_REQUIRE_NETNS"):
+                raise SystemExit(f"The cluster soak cannot partition the network: {self.no_partition}.")
+            if not self.no_partition:
+                self.network = netns.Network([str(i) for i in range(1, self.cluster + 1)])
         self.env = {
             **os.environ,
             "DATABASE_URL": database_url,
@@ -110,8 +123,13 @@ class Soak:
                 subprocess.run([cluster, "stop", str(self.rabbit_dir)], capture_output=True, timeout=300)
                 return
             start = [cluster, "start", str(self.rabbit_dir), str(self.cluster), str(self.rabbit_port)]
+            env = {**os.environ}
+            if self.network:
+                nodes = [str(i) for i in range(1, self.cluster + 1)]
+                env["NIGHTJAR_CLUSTER_NETNS"] = ",".join(self.network.namespaces[n] for n in nodes)
+                env["NIGHTJAR_CLUSTER_ADDRESSES"] = ",".join(self.network.address[n] for n in nodes)
             self.env["NIGHTJAR_BROKER_URL"] = subprocess.run(
-                start, capture_output=True, text=True, timeout=600, check=True
+                start, env=env, capture_output=True, text=True, timeout=600, check=True
             ).stdout.strip()
             self.env["RABBITMQ_MANAGEMENT_URL"] = subprocess.run(
                 [cluster, "management-url", str(self.rabbit_dir)], capture_output=True, text=True, check=True
@@ -125,17 +143,35 @@ class Soak:
             self.env["NIGHTJAR_BROKER_URL"] = result.stdout.strip()
             self.env["RABBITMQ_MANAGEMENT_URL"] = f"http://127.0.0.1:{self.rabbit_port + 10000}/"
 
+    def leader(self) -> tuple[str, str]:
+        """The quorum queue's leader: (node number, node name)."""
+        cluster = str(ROOT / "bin" / "rabbitmq-cluster")
+        for asked in range(1, self.cluster + 1):
+            queues = subprocess.run(
+                [cluster, "ctl", str(self.rabbit_dir), str(asked), "list_queues", "-q", "name", "leader"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            for line in queues.splitlines():
+                if line.split()[:1] == ["nightjar.chaos"] and len(line.split()) == 2:
+                    leader = line.split()[1]
+                    return leader.split("@")[0].rsplit("-", 1)[1], leader
+        raise RuntimeError("No node knows the queue's leader")
+
+    def partition(self) -> None:
+        """Cut the leader's namespace off from everything for 12 s, then heal."""
+        node, leader = self.leader()
+        self.say(f"{self.posted} posted; cutting off the queue's leader, node {node} ({leader}), for 12 s")
+        self.network.cut(node)
+        self.partitions += 1
+        time.sleep(12)
+        self.network.heal(node)
+        self.say(f"{self.posted} posted; healed")
+
     def kill_leader(self) -> None:
         """kill -9 the node that leads the quorum queue, then start it again."""
         cluster = str(ROOT / "bin" / "rabbitmq-cluster")
-        queues = subprocess.run(
-            [cluster, "ctl", str(self.rabbit_dir), "1", "list_queues", "-q", "name", "leader"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        leader = next(line.split()[1] for line in queues.splitlines() if line.split()[:1] == ["nightjar.chaos"])
-        node = leader.split("@")[0].rsplit("-", 1)[1]
+        node, leader = self.leader()
         self.say(f"{self.posted} posted; kill -9 the queue's leader, node {node} ({leader})")
         subprocess.run([cluster, "kill-node", str(self.rabbit_dir), node], check=True)
         self.leader_kills += 1
@@ -209,6 +245,17 @@ class Soak:
 
     def run(self) -> int:
         self.started = time.monotonic()
+        if self.network is None:
+            return self.soak()
+        with self.network:  # deleted afterwards, whatever happens
+            try:
+                return self.soak()
+            finally:
+                for node in self.network.namespaces:
+                    self.network.heal(node)
+                self.rabbit("stop")
+
+    def soak(self) -> int:
         deadline = self.started + self.args.max_seconds
         n = self.args.registrations
         self.say(
@@ -234,7 +281,9 @@ class Soak:
             clients = [threading.Thread(target=self.post_registrations, args=(names[i::4],)) for i in range(4)]
             for client in clients:
                 client.start()
-            while self.posted < n // 2 and time.monotonic() < deadline:
+            # A cluster's faults take longer (finding the leader, a node's restart): start them earlier.
+            first_fault = n // 5 if self.cluster else n // 2
+            while self.posted < first_fault and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self.cluster:
                 self.kill_leader()
@@ -245,6 +294,8 @@ class Soak:
                 self.say(f"{self.posted} posted while {self.broker} is down; starting it again")
                 self.rabbit("start")
                 self.broker_restarts += 1
+            if self.network:
+                self.partition()
             for client in clients:
                 client.join(max(1, deadline - time.monotonic()))
             chaos_left = max(3.0, self.args.min_chaos_seconds - (time.monotonic() - chaos_started))
@@ -281,6 +332,7 @@ class Soak:
             self.rabbit("stop")
             if self.database_dir:
                 subprocess.run([str(ROOT / "bin" / "postgres-cluster"), "stop", str(self.database_dir)])
+                shutil.rmtree(self.database_dir, ignore_errors=True)
 
         redeliveries = sum(log.read_text().count("redelivered=True") for log in self.worker_logs)
         duration = time.monotonic() - self.started
@@ -294,6 +346,8 @@ class Soak:
         print(f"  {self.broker} restarts:    {self.broker_restarts}")
         if self.cluster:
             print(f"  cluster:              {self.cluster} nodes, leader killed (-9) {self.leader_kills} time(s)")
+            partitioned = f"{self.partitions} time(s)" if self.network else f"not run: {self.no_partition}"
+            print(f"  leader cut off:       {partitioned}")
         print(f"  database:             {self.args.database}")
         print(f"  redeliveries seen:    {redeliveries}")
         print(f"  duration:             {duration:.1f} s")
