@@ -211,7 +211,11 @@ class Soak:
         # gunicorn lingers up to 2 s on a connection whose client keeps it open.
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
         base = f"http://127.0.0.1:{self.web_port}"
+        # --rate: the four clients together post about that many per second.
+        interval = 4 / self.args.rate if self.args.rate else 0.0
         for name in names:
+            if interval:
+                time.sleep(interval)
             status: int | str
             try:
                 with opener.open(base + "/evening/", timeout=30) as response:
@@ -372,6 +376,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--database", choices=["sqlite", "postgres"], default="sqlite", help="postgres: a throwaway cluster of its own."
+    )
+    parser.add_argument(
+        "--rate", type=float, default=0, help="About this many registrations per second (default: as fast as served)."
     )
     parser.add_argument("--max-seconds", type=float, default=900, help="Give up after this long (default 900).")
     parser.add_argument(
