@@ -26,6 +26,8 @@ import asyncio
 import json
 import os
 import random
+import secrets
+import shutil
 import signal
 import sqlite3
 import statistics
@@ -41,7 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 FOLDER = Path(tempfile.mkdtemp(prefix="nightjar-bench-"))
-os.environ["DATABASE_URL"] = f"sqlite:///{FOLDER / 'bench.sqlite3'}"
+# The postgres section runs this script again with NIGHTJAR_BENCH_DATABASE_URL
+# pointing at a PostgreSQL cluster of its own; otherwise a throwaway SQLite file.
+os.environ["DATABASE_URL"] = os.environ.get("NIGHTJAR_BENCH_DATABASE_URL") or f"sqlite:///{FOLDER / 'bench.sqlite3'}"
 os.environ["NIGHTJAR_QUEUE"] = f"nightjar.bench-{uuid.uuid4().hex[:8]}"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nightjar.settings")
 os.environ["NIGHTJAR_LOG_LEVEL"] = "WARNING"
@@ -86,6 +90,7 @@ from tickets.transport import amqp  # noqa: E402
 
 RUNS = 3
 RESULTS: dict[str, dict] = {}
+DATABASE_LIBRARY = "sqlite3" if connection.vendor == "sqlite" else "psycopg"
 
 
 def say(line: str) -> None:
@@ -111,7 +116,10 @@ def reset_database() -> None:
     RejectedMessage.objects.all().delete()
     Registration.objects.all().delete()
     with connection.cursor() as cursor:
-        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        cursor.execute(f"DELETE FROM {LEAN_TICKET}")
+        cursor.execute(f"DELETE FROM {LEAN_COMPLETION}")
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def prepare(n: int) -> None:
@@ -198,34 +206,81 @@ def stop(procs: list[subprocess.Popen]) -> None:
 # --- 1. Raw ceiling -------------------------------------------------------
 
 
-def raw_database():
-    db = sqlite3.connect(str(FOLDER / "bench.sqlite3"), isolation_level=None, timeout=20)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
+# The lean raw ceiling writes to tables without the foreign key, the index and
+# the secret, so readers see what the schema itself costs.
+LEAN_COMPLETION, LEAN_TICKET = "bench_lean_completion", "bench_lean_ticket"
+
+
+def create_lean_tables() -> None:
+    serial = "INTEGER PRIMARY KEY AUTOINCREMENT" if connection.vendor == "sqlite" else "BIGSERIAL PRIMARY KEY"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {LEAN_COMPLETION} (registration_id BIGINT PRIMARY KEY, completed TIMESTAMP)"
+        )
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {LEAN_TICKET} (id {serial}, registration_id BIGINT, name VARCHAR(300), issued TIMESTAMP)"
+        )
+
+
+def raw_database(*, lean: bool = False):
+    """A plain DB-API connection (sqlite3, or psycopg on PostgreSQL) and a
+    commit(tags_bodies) that writes the keys and tickets for those bodies in
+    one transaction, as the worker does: INSERT ... ON CONFLICT DO NOTHING
+    RETURNING for the keys, then the tickets of the new ones, one multi-row
+    statement each."""
+    completion, ticket = (LEAN_COMPLETION, LEAN_TICKET) if lean else ("tickets_completion", "tickets_ticket")
+    if connection.vendor == "sqlite":
+        db = sqlite3.connect(settings.DATABASES["default"]["NAME"], isolation_level=None, timeout=20)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        mark, begin = "?", "BEGIN IMMEDIATE"
+    else:
+        import psycopg
+
+        params = settings.DATABASES["default"]
+        db = psycopg.connect(
+            host=params["HOST"],
+            port=params["PORT"],
+            user=params["USER"],
+            password=params["PASSWORD"],
+            dbname=params["NAME"],
+            autocommit=True,
+        )
+        mark, begin = "%s", "BEGIN"
 
     def commit(tags_bodies):
-        """Keys and tickets for these bodies in one transaction, as the worker writes them."""
-        db.execute("BEGIN IMMEDIATE")
+        now = datetime.now(UTC).replace(tzinfo=None)
+        rows = {}
         for _tag, body in tags_bodies:
             data = json.loads(body)
-            rid = int(data["id"][2:])
-            now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-            cur = db.execute(
-                "INSERT OR IGNORE INTO tickets_completion (registration_id, completed) VALUES (?, ?)", (rid, now)
-            )
-            if cur.rowcount:
-                db.execute(
-                    "INSERT INTO tickets_ticket (registration_id, name, issued, secret) VALUES (?, ?, ?, ?)",
-                    (rid, data["name"], now, uuid.uuid4().hex),
-                )
-        db.execute("COMMIT")
+            rows[int(data["id"][2:])] = data["name"]
+        ids = sorted(rows)
+        cursor = db.cursor()
+        cursor.execute(begin)
+        cursor.execute(
+            f"INSERT INTO {completion} (registration_id, completed) VALUES "
+            + ", ".join([f"({mark}, {mark})"] * len(ids))
+            + " ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id",
+            [value for pk in ids for value in (pk, now)],
+        )
+        new = sorted(row[0] for row in cursor.fetchall())
+        if new:
+            if lean:
+                columns, values = "(registration_id, name, issued)", [v for pk in new for v in (pk, rows[pk], now)]
+            else:
+                columns = "(registration_id, name, issued, secret)"
+                values = [v for pk in new for v in (pk, rows[pk], now, secrets.token_urlsafe(32))]
+            per_row = "(" + ", ".join([mark] * (4 if not lean else 3)) + ")"
+            cursor.execute(f"INSERT INTO {ticket} {columns} VALUES " + ", ".join([per_row] * len(new)), values)
+        cursor.execute("COMMIT")
 
     return db, commit
 
 
-def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
-    """Plain pika + sqlite3 on the same schema, broker and disk."""
-    db, commit = raw_database()
+def raw_consumer(n: int, batch: int, prefetch: int, *, lean: bool = False) -> float:
+    """Plain pika + sqlite3 (or psycopg) on the same schema, broker and disk,
+    with the prefetch of the worker it is compared with."""
+    db, commit = raw_database(lean=lean)
     conn = pika.BlockingConnection(amqp.parameters())
     channel = conn.channel()
     channel.basic_qos(prefetch_count=prefetch)
@@ -260,13 +315,18 @@ def raw_consumer(n: int, batch: int, prefetch: int = 50) -> float:
 
 
 def bench_raw(n: int) -> None:
-    say(f"Raw ceiling (pika + sqlite3, prefetch 50, {n} deliveries)")
-    for batch, key in ((1, "raw_per_delivery"), (50, "raw_batch50")):
+    say(f"Raw ceiling (pika + {DATABASE_LIBRARY}, {n} deliveries; the prefetch of the worker each is compared with)")
+    for batch, prefetch, lean, key, label in (
+        (1, 50, False, "raw_per_delivery", "raw, per delivery (prefetch 50)"),
+        (50, 100, False, "raw_batch50", "raw, batches of 50 (prefetch 100)"),
+        (1, 50, True, "raw_lean_per_delivery", "raw lean (no foreign key, index or secret), per delivery"),
+        (50, 100, True, "raw_lean_batch50", "raw lean, batches of 50"),
+    ):
         values = []
         for _ in range(RUNS):
             prepare(n)
-            values.append(raw_consumer(n, batch))
-        record(key, f"raw, {'per delivery' if batch == 1 else 'batches of 50'}", values, "deliveries/s")
+            values.append(raw_consumer(n, batch, prefetch, lean=lean))
+        record(key, label, values, "deliveries/s")
 
 
 # --- 2 and 3. Nightjar's worker --------------------------------------------
@@ -284,28 +344,28 @@ def nightjar_rate(n: int, processes: int, *args: str) -> float:
     return (n - 1) / seconds
 
 
-def bench_worker(n: int) -> None:
+def compare(figure: dict, *raws: str) -> None:
+    """The worker's median as a ratio of each raw ceiling measured in this run."""
+    for raw in raws:
+        if raw in RESULTS:
+            figure[f"ratio_to_{raw}"] = ratio = figure["median"] / RESULTS[raw]["median"]
+            say(f"    = {ratio:.0%} of {RESULTS[raw]['label']}")
+
+
+def bench_worker(n: int, processes_list: tuple[int, ...]) -> None:
     say(f"Nightjar worker, per-delivery mode (--serve --prefetch 50, {n} deliveries)")
-    for processes in (1, 2):
+    for processes in processes_list:
         values = [nightjar_rate(n, processes, "--prefetch", "50") for _ in range(RUNS)]
-        ratio = (
-            statistics.median(values) / RESULTS["raw_per_delivery"]["median"] if "raw_per_delivery" in RESULTS else None
-        )
         figure = record(f"worker_{processes}proc", f"worker, {processes} process(es)", values, "deliveries/s")
-        figure["ratio_to_raw_per_delivery"] = ratio
-        if ratio:
-            say(f"    = {ratio:.0%} of the raw per-delivery ceiling")
+        compare(figure, "raw_per_delivery", "raw_lean_per_delivery")
 
 
-def bench_batch(n: int) -> None:
-    say(f"Nightjar worker, batch mode (--serve --batch 50, {n} deliveries)")
-    for processes in (1, 2):
+def bench_batch(n: int, processes_list: tuple[int, ...]) -> None:
+    say(f"Nightjar worker, batch mode (--serve --batch 50 --prefetch 100, {n} deliveries)")
+    for processes in processes_list:
         values = [nightjar_rate(n, processes, "--batch", "50", "--prefetch", "100") for _ in range(RUNS)]
-        ratio = statistics.median(values) / RESULTS["raw_batch50"]["median"] if "raw_batch50" in RESULTS else None
         figure = record(f"batch_{processes}proc", f"batch worker, {processes} process(es)", values, "deliveries/s")
-        figure["ratio_to_raw_batch50"] = ratio
-        if ratio:
-            say(f"    = {ratio:.0%} of the raw batch ceiling")
+        compare(figure, "raw_batch50", "raw_lean_batch50")
 
 
 # --- 4. End-to-end latency ---------------------------------------------------
@@ -589,26 +649,73 @@ def bench_redis(n: int, web_rates: list[int], web_seconds: float) -> None:
         subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
 
 
+def bench_postgres(quick: bool) -> None:
+    """The raw ceilings, the workers (1, 2 and 4 processes) and the web path on
+    PostgreSQL, in the same run: this script again, on a cluster of its own."""
+    folder = Path(tempfile.mkdtemp(prefix="nightjar-bench-pg-"))  # PostgreSQL runs as postgres: not under FOLDER
+    url = subprocess.run(
+        [str(ROOT / "bin" / "postgres-cluster"), "start", str(folder), str(free_port())],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    say("PostgreSQL (a throwaway cluster on loopback): raw ceilings, workers with 1, 2 and 4 processes, web path")
+    child_json = FOLDER / "postgres.json"
+    command = [
+        PYTHON,
+        str(Path(__file__).resolve()),
+        "--only",
+        "raw",
+        "worker",
+        "batch",
+        "web",
+        "--json",
+        str(child_json),
+    ]
+    command += ["--processes", "1", "2", "4"] + (["--quick"] if quick else [])
+    env = {**os.environ, "NIGHTJAR_BENCH_DATABASE_URL": url}
+    env.pop("DATABASE_URL", None)
+    try:
+        child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in child.stdout:
+            say(f"  [postgres] {line.rstrip()}")
+        assert child.wait() == 0, "the PostgreSQL run failed"
+        for key, figure in json.loads(child_json.read_text()).items():
+            RESULTS[f"postgres_{key}"] = {**figure, "label": f"PostgreSQL: {figure['label']}"}
+    finally:
+        subprocess.run([str(ROOT / "bin" / "postgres-cluster"), "stop", str(folder)], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> int:
     global RUNS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis"]
+    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis", "postgres"]
     parser.add_argument("--only", nargs="+", choices=sections, default=sections)
     parser.add_argument("--quick", action="store_true", help="Smaller N and 1 run each (a smoke test, not figures).")
     parser.add_argument("--json", default="benchmark.json", help="Where to write the figures (default benchmark.json).")
+    parser.add_argument(
+        "--processes", type=int, nargs="+", default=[1, 2], help="Worker processes to measure (default 1 2)."
+    )
     args = parser.parse_args()
     random.seed(1)
     n = 3000 if args.quick else 20000
     RUNS = 1 if args.quick else 3
-    say(f"Nightjar benchmark: {os.cpu_count()} cores, SQLite (WAL) in {FOLDER}, RabbitMQ {transport.masked_url()}")
+    where = (
+        "SQLite (WAL) in " + str(FOLDER)
+        if connection.vendor == "sqlite"
+        else "PostgreSQL " + connection.settings_dict["HOST"]
+    )
+    say(f"Nightjar benchmark: {os.cpu_count()} cores, {where}, RabbitMQ {transport.masked_url()}")
     call_command("migrate", verbosity=0)
+    create_lean_tables()
     try:
         if "raw" in args.only:
             bench_raw(n)
         if "worker" in args.only:
-            bench_worker(n)
+            bench_worker(n, tuple(args.processes))
         if "batch" in args.only:
-            bench_batch(n)
+            bench_batch(n, tuple(args.processes))
         if "latency" in args.only:
             bench_latency(100, 5 if args.quick else 20)
         web_rates = [100, 250, 400] if args.quick else [100, 200, 250, 300, 400, 500, 650, 800]
@@ -621,6 +728,8 @@ def main() -> int:
             bench_backlog(2000 if args.quick else 10_000)
         if "redis" in args.only:
             bench_redis(n, web_rates, web_seconds)
+        if "postgres" in args.only:
+            bench_postgres(args.quick)
     finally:
         transport.delete_queues()
         if OWN_NODE:
