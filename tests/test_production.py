@@ -5,8 +5,10 @@ import io
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -64,6 +66,42 @@ def test_healthz_is_503_without_rabbitmq_and_leaks_nothing(client, rabbit):
     assert response.status_code == 503
     assert response.json() == {"status": "unavailable", "database": "ok", transport.name().lower(): "unavailable"}
     assert b"amqp" not in response.content and b"guest" not in response.content
+
+
+@pytest.mark.django_db
+def test_liveness_stays_200_while_readiness_reports_the_broker_down(client, rabbit):
+    assert client.get("/healthz/live").status_code == 200
+    assert client.get("/healthz/ready").status_code == 200
+    with rabbit.down():
+        live, ready = client.get("/healthz/live"), client.get("/healthz/ready")
+    assert live.status_code == 200 and live.json() == {"status": "ok"}
+    assert ready.status_code == 503 and ready.json()[transport.name().lower()] == "unavailable"
+    assert live["Cache-Control"] == ready["Cache-Control"] == "no-store"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_touches_its_health_file_while_its_loop_runs_and_not_when_it_hangs(workers, tmp_path, rabbit):
+    alive = tmp_path / "worker.alive"
+    worker = workers.start("--serve", "--health-file", str(alive))
+    worker.wait_for("Serving")
+
+    def age() -> float:
+        return time.time() - alive.stat().st_mtime
+
+    time.sleep(1.5)
+    assert age() < 1.5  # idle, still touched
+    worker.signal(signal.SIGSTOP)  # hung: nothing touches it
+    try:
+        time.sleep(3)
+        assert age() > 2.5
+    finally:
+        worker.signal(signal.SIGCONT)
+    time.sleep(1.5)
+    assert age() < 1.5
+    with rabbit.down():  # reconnecting to a broker that is down is still a running loop
+        worker.wait_for("unavailable; reconnecting", timeout=30)
+        time.sleep(2.5)
+        assert age() < 1.5
 
 
 def test_logs_are_json_lines_with_passwords_masked():

@@ -4,7 +4,9 @@ from tickets import views
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("healthz", views.healthz, name="healthz"),
+    path("healthz", views.healthz_ready, name="healthz"),
+    path("healthz/live", views.healthz_live, name="healthz-live"),
+    path("healthz/ready", views.healthz_ready, name="healthz-ready"),
     path("visit/", views.visit, name="visit"),
     path("evening/", views.evening, name="evening"),
     path("registrations/", views.registration_list, name="registration-list"),

@@ -149,9 +149,19 @@ def ticket_download(request, code: str, secret: str):
 
 
 @require_GET
-def healthz(request):
-    """200 when the database and RabbitMQ answer, 503 otherwise; no details
-    that could leak hosts or passwords (the reason goes to the log)."""
+def healthz_live(request):
+    """Liveness: 200 as long as this process can serve a request. Nothing else
+    is asked: a web process with the broker down still takes registrations,
+    so restarting it would help nobody."""
+    response = JsonResponse({"status": "ok"})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def healthz_ready(request):
+    """Readiness and dependencies: 200 when the database and the broker
+    answer, 503 otherwise; no details that could leak hosts or passwords (the
+    reason goes to the log). `/healthz` answers the same, as it always did."""
     checks = services.dependency_health()
     healthy = all(value == "ok" for value in checks.values())
     response = JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)

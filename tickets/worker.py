@@ -11,6 +11,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from django.conf import settings
@@ -41,6 +42,7 @@ class Worker:
         reconcile_options: dict | None = None,
         batch: int | None = None,
         batch_ms: float = 50,
+        health_file: str | None = None,
     ) -> None:
         self.handler = handler
         self.batch = batch
@@ -61,6 +63,8 @@ class Worker:
         self.failed = 0
         self.current: transport.Delivery | None = None  # the delivery the handler is on
         self.current_acked = False
+        self.health_file = Path(health_file) if health_file else None
+        self.last_beat = 0.0
 
     def say(self, line: str) -> None:
         # Flushed at once: learners and tests read these lines as they happen.
@@ -210,6 +214,7 @@ class Worker:
                 self.say(f"Serving {transport.queue_name()} (prefetch {self.prefetch}); stop with Ctrl+C or SIGTERM.")
                 backoff = 1.0
                 for delivery in self.deliveries():
+                    self.beat()
                     self.record_lost()
                     if delivery:
                         self.process_or_hand_back(delivery)
@@ -292,10 +297,21 @@ class Worker:
         if report.published:
             self.say(f"Reconcile republished {len(report.published)}; {report.remaining} remain.")
 
+    def beat(self) -> None:
+        """Touch the health file, at most once a second: the loop is running."""
+        if self.health_file is None or time.monotonic() - self.last_beat < 1.0:
+            return
+        self.last_beat = time.monotonic()
+        try:
+            self.health_file.touch()
+        except OSError as error:
+            logger.warning("Could not touch the health file %s: %s", self.health_file, error)
+
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""
         deadline = time.monotonic() + seconds
         while not self.shutdown and time.monotonic() < deadline:
+            self.beat()
             if keepalive and self.consumer is not None:
                 self.consumer.keepalive(0.2)
             else:

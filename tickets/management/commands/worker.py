@@ -59,6 +59,11 @@ class Command(BaseCommand):
             "--limit", type=int, default=100, help="With --reconcile-every: per reconcile pass (default 100)."
         )
         parser.add_argument(
+            "--health-file",
+            metavar="PATH",
+            help="In --serve, touch this file about once a second while the loop runs (a liveness probe for it).",
+        )
+        parser.add_argument(
             "--older-than",
             type=float,
             default=60,
@@ -84,6 +89,8 @@ class Command(BaseCommand):
             )
         if options["reconcile_every"] is not None and not options["serve"]:
             raise CommandError("--reconcile-every only makes sense with --serve.", returncode=2)
+        if options["health_file"] and not options["serve"]:
+            raise CommandError("--health-file only makes sense with --serve.", returncode=2)
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
@@ -115,6 +122,7 @@ class Command(BaseCommand):
             reconcile_options={"limit": options["limit"], "older_than": options["older_than"]},
             batch=options["batch"],
             batch_ms=options["batch_ms"],
+            health_file=options["health_file"],
         )
         try:
             if options["serve"]:
