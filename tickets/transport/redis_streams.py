@@ -141,10 +141,10 @@ class Consumer:
         # handled): the worker records them for staff and empties this list.
         self.lost: list[str] = []
         # Deferred acks (flush=False, service mode): committed entries whose
-        # XACK waits to go out with others, saving a round trip per delivery.
-        # Sent once they cover half the prefetch, before the next read, and
-        # before closing; one lost in a crash only means a redelivery, which
-        # the completion key makes harmless.
+        # XACK goes out in one pipeline with the next read, saving a round
+        # trip per delivery; sent on their own before re-reading the own
+        # pending list, when idle, on close, and past the prefetch. One lost
+        # in a crash only means a redelivery, which the completion key absorbs.
         self._deferred: list[str] = []
         try:
             ensure_group(self._client)
