@@ -190,6 +190,16 @@ def worker_env(test_settings) -> dict[str, str]:
     return env
 
 
+def as_from_a_terminal() -> None:
+    """In the child, before exec: Ctrl+C (SIGINT) as a terminal delivers it.
+    A test run started in the background (`cmd &` in a script, nohup) has
+    SIGINT ignored, and an ignored signal stays ignored across exec — Python
+    would then never raise KeyboardInterrupt, and the tests' Ctrl+C would be
+    lost on the way rather than on the worker."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class Workers:
     """Run `manage.py worker` as real processes of their own."""
 
@@ -213,6 +223,7 @@ class Workers:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=as_from_a_terminal,
         )
         self.running.append(proc)
         return Process(proc)
