@@ -201,11 +201,24 @@ class Load:
 
 
 def start_three_workers(workers):
-    return [
+    """Three workers in service mode (per delivery, batch, per delivery), once they serve."""
+    procs = [
         workers.start("--serve", "--prefetch", "10"),
         workers.start("--serve", "--batch", "10"),
         workers.start("--serve", "--prefetch", "10"),
     ]
+    for proc in procs:
+        proc.wait_for("Serving")
+    return procs
+
+
+def check_the_outcome(load: "Load", procs) -> None:
+    """Every guest got the page in time, every registration exactly one ticket, no worker died."""
+    load.check()
+    gap = finish_and_audit(len(load.results))
+    print(f"longest gap between tickets: {gap:.1f} s")
+    for proc in procs:
+        assert proc.proc.poll() is None, "a worker died"
 
 
 def finish_and_audit(expected: int, deadline_seconds: float = 180) -> float:
@@ -236,8 +249,6 @@ def test_killing_the_leader_and_then_the_workers_node_loses_nothing_and_duplicat
     on_cluster, two_webs, workers
 ):
     procs = start_three_workers(workers)
-    for proc in procs:
-        proc.wait_for("Serving")
     with Load(two_webs) as load:
         time.sleep(4)
         leader = on_cluster.leader(transport.queue_name())
@@ -254,19 +265,13 @@ def test_killing_the_leader_and_then_the_workers_node_loses_nothing_and_duplicat
         time.sleep(5)
         on_cluster.start(target)
         time.sleep(3)
-    load.check()
-    gap = finish_and_audit(len(load.results))
-    print(f"longest gap between tickets: {gap:.1f} s")
-    for proc in procs:
-        assert proc.proc.poll() is None, "a worker died"
+    check_the_outcome(load, procs)
 
 
 def test_with_quorum_lost_guests_still_get_their_page_and_everything_is_finished_afterwards(
     on_cluster, two_webs, workers
 ):
     procs = start_three_workers(workers)
-    for proc in procs:
-        proc.wait_for("Serving")
     with Load(two_webs) as load:
         time.sleep(3)
         survivor = on_cluster.leader(transport.queue_name())
@@ -277,11 +282,7 @@ def test_with_quorum_lost_guests_still_get_their_page_and_everything_is_finished
         time.sleep(20)
         on_cluster.start(*lost)
         time.sleep(5)
-    load.check()
-    gap = finish_and_audit(len(load.results))
-    print(f"longest gap between tickets: {gap:.1f} s")
-    for proc in procs:
-        assert proc.proc.poll() is None, "a worker died"
+    check_the_outcome(load, procs)
 
 
 # --- Network partitions: the nodes and one worker on "machines" of their own ---
@@ -383,11 +384,7 @@ def test_a_partitioned_leader_and_a_cut_off_worker_lose_nothing_and_duplicate_no
         print(f"the worker reconnected to node {(set(partitioned.nodes_of([cut_off.proc.pid])) - {node}).pop()}")
         network.heal("w")
         time.sleep(3)
-    load.check()
-    gap = finish_and_audit(len(load.results))
-    print(f"longest gap between tickets: {gap:.1f} s")
-    for proc in [*procs, cut_off]:
-        assert proc.proc.poll() is None, "a worker died"
+    check_the_outcome(load, [*procs, cut_off])
 
 
 def wait_until(condition, seconds: float, message: str) -> None:
