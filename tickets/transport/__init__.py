@@ -114,7 +114,16 @@ def ping() -> None:
 
 
 def masked_url(url: str | None = None) -> str:
-    return backend().masked_url(url)
+    """The broker URL (or `;`-separated URLs) with passwords hidden, for logs and messages."""
+
+    def mask(one: str) -> str:
+        parts = urlsplit(one)
+        if parts.password is None:
+            return parts.geturl()
+        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+    given = url or settings.NIGHTJAR_BROKER_URL
+    return ";".join(mask(one.strip()) for one in given.split(";") if one.strip())
 
 
 def purge_queues() -> None:

@@ -27,7 +27,7 @@ import pika
 import pika.exceptions
 from django.conf import settings
 
-from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, queue_name
+from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -50,18 +50,6 @@ def urls() -> list[str]:
     """The node URLs: NIGHTJAR_BROKER_URL may list a cluster's nodes separated
     by `;` (Celery's convention), e.g. amqp://u:p@h1/%2F;amqp://u:p@h2/%2F."""
     return [url.strip() for url in settings.NIGHTJAR_BROKER_URL.split(";") if url.strip()]
-
-
-def masked_url(url: str | None = None) -> str:
-    """The broker URL(s) with passwords hidden, for logs and messages."""
-
-    def mask(one: str) -> str:
-        parts = urlsplit(one)
-        if parts.password is None:
-            return parts.geturl()
-        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
-
-    return ";".join(mask(one) for one in (url.split(";") if url else urls()))
 
 
 def parameters() -> list[pika.URLParameters]:

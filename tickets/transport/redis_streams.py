@@ -26,13 +26,12 @@ import contextlib
 import logging
 import socket
 import time
-from urllib.parse import urlsplit
 
 import redis
 import redis.exceptions
 from django.conf import settings
 
-from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, queue_name
+from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +40,6 @@ DEAD_PREFIX = "dead:"  # tags of entries read from the dead-letter stream
 # How often a consumer looks for entries a vanished consumer left pending.
 CLAIM_EVERY_SECONDS = 5.0
 ACTIVE_CONSUMER_MS = 10_000
-
-
-def masked_url(url: str | None = None) -> str:
-    parts = urlsplit(url or settings.NIGHTJAR_BROKER_URL)
-    if parts.password is None:
-        return parts.geturl()
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
 
 
 def client(*, socket_timeout: float | None = None) -> redis.Redis:
