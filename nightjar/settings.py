@@ -234,3 +234,10 @@ LOGGING = {
 # Registration POSTs allowed per client address per minute (0 = no limit).
 # Counted in the cache, so per process unless CACHES points at a shared one.
 NIGHTJAR_REGISTRATIONS_PER_MINUTE = envint("NIGHTJAR_REGISTRATIONS_PER_MINUTE", 30)
+
+# The operations desk. A running worker rewrites its row this often (0: it
+# does not report), and is shown as gone when not seen for this long.
+NIGHTJAR_WORKER_REPORT_SECONDS = envfloat("NIGHTJAR_WORKER_REPORT_SECONDS", 5.0)
+NIGHTJAR_WORKER_GONE_SECONDS = envfloat("NIGHTJAR_WORKER_GONE_SECONDS", 30.0, minimum=1)
+# /metrics answers staff (logged in) and `Authorization: Bearer <token>`; empty: staff only.
+NIGHTJAR_METRICS_TOKEN = os.environ.get("NIGHTJAR_METRICS_TOKEN", "")

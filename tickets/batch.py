@@ -17,7 +17,8 @@ from tickets.models import Completion, Ticket
 
 def handle_batch(messages, rejections, ack_all, pause=None):
     """messages: checked Messages; rejections: (delivery, reason) pairs;
-    ack_all(): ack every delivery of the batch at once."""
+    ack_all(): ack every delivery of the batch at once. Returns the IDs of
+    the registrations that got their ticket now."""
     checkpoint(pause, "before-write")
 
     with transaction.atomic():
@@ -33,3 +34,4 @@ def handle_batch(messages, rejections, ack_all, pause=None):
 
     checkpoint(pause, "after-commit")
     ack_all()
+    return new

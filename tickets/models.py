@@ -2,6 +2,7 @@
 
 import hmac
 import secrets
+from datetime import UTC, datetime
 
 from django.db import connection, models
 from django.utils import timezone
@@ -15,20 +16,25 @@ def new_secret() -> str:
 
 
 class RegistrationManager(models.Manager):
-    def stored_name(self, registration_id: int) -> str | None:
-        """The name stored for a registration, or None."""
-        return self.stored_names([registration_id]).get(registration_id)
-
-    def stored_names(self, registration_ids) -> dict[int, str]:
-        """{id: stored name} for those that exist. One indexed lookup in plain
-        SQL: the worker asks this for every delivery or batch."""
+    def stored(self, registration_ids) -> dict[int, tuple[str, object]]:
+        """{id: (stored name, created)} for those that exist; created as the
+        database gave it (see as_datetime). One indexed lookup in plain SQL:
+        the worker asks this for every delivery or batch."""
         ids = sorted(set(registration_ids))
         if not ids:
             return {}
         marks = ", ".join(["%s"] * len(ids))
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT id, name FROM {self.model._meta.db_table} WHERE id IN ({marks})", ids)
-            return dict(cursor.fetchall())
+            cursor.execute(f"SELECT id, name, created FROM {self.model._meta.db_table} WHERE id IN ({marks})", ids)
+            return {pk: (name, created) for pk, name, created in cursor.fetchall()}
+
+
+def as_datetime(value) -> datetime:
+    """A timestamp read with a plain cursor: PostgreSQL gives an aware
+    datetime, SQLite the UTC text Django wrote."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
 class Registration(models.Model):
@@ -250,3 +256,56 @@ class ParkedDelivery(models.Model):
     def __str__(self) -> str:
         code = self.registration.code if self.registration_id else "no registration"
         return f"parked {code}: {self.reason[:60]}"
+
+
+class Redelivery(models.Model):
+    """A delivery the broker had sent before (a worker died, failed or was
+    stopped with it unacknowledged). Written by the worker for redeliveries
+    only, a batch's in one statement: a normal delivery writes nothing here."""
+
+    registration = models.ForeignKey(
+        Registration, null=True, blank=True, on_delete=models.SET_NULL, related_name="redeliveries"
+    )
+    worker = models.CharField(max_length=100)
+    # The broker's count: 2 is the second delivery of the same message.
+    delivery = models.PositiveIntegerField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "redeliveries"
+
+    def __str__(self) -> str:
+        return f"redelivery {self.delivery} to {self.worker}"
+
+
+class WorkerReport(models.Model):
+    """What a running worker says about itself, rewritten every few seconds
+    (NIGHTJAR_WORKER_REPORT_SECONDS), never once per delivery. A worker that
+    stops saying anything is shown as gone; its row stays for staff."""
+
+    name = models.CharField(max_length=100, unique=True)  # host:pid
+    host = models.CharField(max_length=100)
+    pid = models.PositiveIntegerField()
+    transport = models.CharField(max_length=20)
+    mode = models.CharField(max_length=100)
+    started = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+    stopped = models.DateTimeField(null=True, blank=True)  # a clean exit
+    handled = models.PositiveBigIntegerField(default=0)
+    rejected = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveBigIntegerField(default=0)
+    handed_back = models.PositiveBigIntegerField(default=0)
+    current = models.CharField(max_length=100, blank=True)  # the registration or batch it is on
+
+    class Meta:
+        ordering = ["-last_seen", "-id"]
+
+    def __str__(self) -> str:
+        return f"worker {self.name}"
+
+    def state(self, now=None, gone_after: float = 30) -> str:
+        if self.stopped is not None:
+            return "stopped"
+        now = now or timezone.now()
+        return "gone" if (now - self.last_seen).total_seconds() > gone_after else "running"

@@ -11,22 +11,25 @@ import logging
 import socket
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.management.color import no_style
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from tickets import contract, transport
+from tickets import contract, metrics, transport
 from tickets.models import (
     Completion,
     DeliveryFailure,
     ParkedDelivery,
+    Redelivery,
     Registration,
     RejectedMessage,
     StaffAction,
     Ticket,
+    WorkerReport,
 )
 
 logger = logging.getLogger(__name__)
@@ -76,6 +79,7 @@ def publish_after_commit(registration: Registration) -> None:
     try:
         publish_registration(registration)
     except transport.BrokerError as error:
+        metrics.PUBLISHES_FAILED.inc()
         logger.warning("%s stored but not published; reconcile will publish it: %s", registration.code, error)
 
 
@@ -97,6 +101,7 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
         if existing is None:
             raise
         return _same_submission(existing, name)
+    metrics.REGISTRATIONS.inc()
     return registration
 
 
@@ -228,8 +233,16 @@ class ReconcileReport:
     collected: "CollectReport | None" = None
 
 
+RECONCILE_ACTOR = "nightjar (reconcile)"
+
+
 def reconcile_registrations(
-    *, limit: int = 100, older_than: float = 60, catch_up: bool = True, max_seconds: float = 300
+    *,
+    limit: int = 100,
+    older_than: float = 60,
+    catch_up: bool = True,
+    max_seconds: float = 300,
+    actor: str = RECONCILE_ACTOR,
 ) -> ReconcileReport:
     """Republish pending registrations older than the grace period, oldest
     first, `limit` per pass. First moves what the broker dead-lettered into the
@@ -237,7 +250,8 @@ def reconcile_registrations(
     republished behind staff's back. With catch_up, passes repeat while each
     one is full, so a backlog drains as fast as the broker confirms (each
     publish waits for its confirm) — bounded by max_seconds. Raises BrokerError
-    when the broker stops confirming; what was published stays published."""
+    when the broker stops confirming; what was published stays published, and
+    each republish is in the registration's history (one statement per pass)."""
     report = ReconcileReport(collected=collect_dead_letters())
     cutoff = timezone.now() - timedelta(seconds=older_than)
     due = pending_registrations().filter(created__lte=cutoff)
@@ -245,9 +259,14 @@ def reconcile_registrations(
     rest = due  # keyset cursor: what comes after the last one published, oldest first
     while True:
         registrations = list(rest[:limit])
-        for registration in registrations:
-            publish_registration(registration)
-            report.published.append(registration.code)
+        published = []
+        try:
+            for registration in registrations:
+                publish_registration(registration)
+                report.published.append(registration.code)
+                published.append(registration)
+        finally:
+            _record_republished(published, actor=actor, older_than=older_than)
         report.passes += 1
         if registrations:
             last = registrations[-1]
@@ -256,6 +275,14 @@ def reconcile_registrations(
             break
     report.remaining = rest.count()
     return report
+
+
+def _record_republished(registrations: list[Registration], *, actor: str, older_than: float) -> None:
+    detail = f"Reconcile published it again (no ticket {older_than:g} s after registering)."
+    StaffAction.objects.bulk_create(
+        StaffAction(actor=actor[:150], action="republish", registration=registration, detail=detail)
+        for registration in registrations
+    )
 
 
 @dataclass
@@ -563,7 +590,7 @@ def reset_demo() -> int:
     others = Registration.objects.exclude(pk=1)
     count = others.count()
     with transaction.atomic():
-        for model in (StaffAction, DeliveryFailure, ParkedDelivery, RejectedMessage, Ticket, Completion):
+        for model in (StaffAction, DeliveryFailure, Redelivery, ParkedDelivery, RejectedMessage, Ticket, Completion):
             model.objects.exclude(registration_id=1).delete()
         Ticket.objects.filter(registration_id=1).exclude(
             pk=Ticket.objects.filter(registration_id=1).order_by("pk").values("pk")[:1]
@@ -635,3 +662,159 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
     cutoff = timezone.now() - timedelta(seconds=pending_older_than)
     add(f"pending for more than {pending_older_than:g} s", pending_registrations().filter(created__lt=cutoff))
     return report
+
+
+# The operations desk: what workers say about themselves, each registration's
+# history, and activity over time from the database's own timestamps.
+
+
+def report_worker(*, name: str, fields: dict, stopped: bool = False) -> None:
+    """Write a worker's row (best effort: a worker never stops for its report)."""
+    now = timezone.now()
+    defaults = {**fields, "last_seen": now, "stopped": now if stopped else None}
+    try:
+        WorkerReport.objects.update_or_create(name=name[:100], defaults=defaults)
+    except DatabaseError:
+        logger.warning("Could not write the report of worker %s", name, exc_info=True)
+
+
+def worker_reports(*, within: timedelta = timedelta(days=1), limit: int = 50) -> list[WorkerReport]:
+    """Workers seen lately, running ones first; each with .state_now."""
+    now = timezone.now()
+    rows = list(WorkerReport.objects.filter(last_seen__gte=now - within).order_by("-last_seen")[:limit])
+    for row in rows:
+        row.state_now = row.state(now, gone_after=settings.NIGHTJAR_WORKER_GONE_SECONDS)
+    order = {"running": 0, "gone": 1, "stopped": 2}
+    return sorted(rows, key=lambda row: order[row.state_now])
+
+
+def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str) -> None:
+    """(registration_id, delivery number) of deliveries the broker sent before.
+    Best effort, one statement; the registration may be unknown (rejected)."""
+    if not deliveries:
+        return
+    known = set(Registration.objects.filter(pk__in={pk for pk, _ in deliveries if pk}).values_list("pk", flat=True))
+    try:
+        Redelivery.objects.bulk_create(
+            Redelivery(registration_id=pk if pk in known else None, worker=worker[:100], delivery=number)
+            for pk, number in deliveries
+        )
+    except DatabaseError:
+        logger.warning("Could not record %d redeliveries", len(deliveries), exc_info=True)
+
+
+@dataclass
+class HistoryEvent:
+    at: datetime
+    what: str
+    detail: str = ""
+
+
+def registration_history(registration: Registration) -> tuple[list[HistoryEvent], str]:
+    """Everything that happened to a registration, oldest first, and a
+    one-line count of its deliveries."""
+    events = [HistoryEvent(registration.created, "registered", registration.name)]
+    for action in registration.staff_actions.all():
+        events.append(HistoryEvent(action.at, action.action, f"{action.detail} ({action.actor})"))
+    for failure in registration.delivery_failures.all():
+        events.append(HistoryEvent(failure.at, "attempt failed", f"{failure.error} (worker {failure.worker})"))
+    redeliveries = list(registration.redeliveries.all())
+    for redelivery in redeliveries:
+        events.append(
+            HistoryEvent(
+                redelivery.at, "delivered again", f"delivery {redelivery.delivery}, to worker {redelivery.worker}"
+            )
+        )
+    for parked in registration.parked_deliveries.all():
+        events.append(HistoryEvent(parked.parked, "parked", f"after {parked.attempts} returns: {parked.reason}"))
+    for rejected in registration.rejected_messages.all():
+        events.append(HistoryEvent(rejected.received, "delivery rejected", rejected.reason))
+    completion = Completion.objects.filter(registration=registration).first()
+    if completion is not None:
+        events.append(HistoryEvent(completion.completed, "completion key written"))
+    for ticket in registration.tickets_in_order():
+        waited = (ticket.issued - registration.created).total_seconds()
+        events.append(
+            HistoryEvent(ticket.issued, "ticket issued", f"{ticket.number}, {waited:.1f} s after registering")
+        )
+    events.sort(key=lambda event: event.at)
+    republished = sum(1 for event in events if event.what in ("republish", "retry", "requeue"))
+    failed = sum(1 for event in events if event.what == "attempt failed")
+    summary = (
+        f"Published {1 + republished} time(s) ({republished} republished by reconcile, retry or requeue); "
+        f"{len(redeliveries)} redelivery(ies) recorded, {failed} failed attempt(s)."
+    )
+    return events, summary
+
+
+@dataclass
+class Activity:
+    """One chart window: per bucket, registrations and tickets per minute and
+    registration → ticket latency (p50, p99, seconds) of the tickets issued in it."""
+
+    start: datetime
+    bucket_seconds: int
+    registrations: list[float]
+    tickets: list[float]
+    p50: list[float | None]
+    p99: list[float | None]
+    read_at: datetime
+
+    @property
+    def totals(self) -> tuple[int, int]:
+        per_bucket = self.bucket_seconds / 60
+        return round(sum(self.registrations) * per_bucket), round(sum(self.tickets) * per_bucket)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    return values[min(len(values) - 1, max(0, int(fraction * len(values) + 0.999999) - 1))]
+
+
+def activity(*, window: timedelta, bucket_seconds: int, now=None) -> Activity:
+    """Registrations and tickets per minute and ticket latency over a window,
+    from Registration.created and Ticket.issued (first ticket per registration)."""
+    now = now or timezone.now()
+    count = int(window.total_seconds() // bucket_seconds)
+    start = now - timedelta(seconds=count * bucket_seconds)
+
+    def bucket(at) -> int:
+        return min(count - 1, int((at - start).total_seconds() // bucket_seconds))
+
+    registrations = [0] * count
+    for created in Registration.objects.filter(created__gte=start).values_list("created", flat=True).iterator():
+        registrations[bucket(created)] += 1
+    tickets = [0] * count
+    waits: list[list[float]] = [[] for _ in range(count)]
+    issued = Ticket.objects.filter(issued__gte=start).values_list("issued", "registration__created")
+    for issued_at, created in issued.iterator():
+        index = bucket(issued_at)
+        tickets[index] += 1
+        waits[index].append(max(0.0, (issued_at - created).total_seconds()))
+    per_minute = 60 / bucket_seconds
+    for values in waits:
+        values.sort()
+    return Activity(
+        start=start,
+        bucket_seconds=bucket_seconds,
+        registrations=[n * per_minute for n in registrations],
+        tickets=[n * per_minute for n in tickets],
+        p50=[percentile(values, 0.50) if values else None for values in waits],
+        p99=[percentile(values, 0.99) if values else None for values in waits],
+        read_at=now,
+    )
+
+
+def desk_gauges() -> dict:
+    """What a metrics scrape reads at that moment: pending and parked
+    registrations from the database, queue depth from the broker (None when
+    it does not answer within its deadline)."""
+    try:
+        queue = transport.queue_counts()
+    except transport.BrokerError:
+        queue = None
+    return {
+        "pending": pending_registrations().count(),
+        "parked": parked_without_ticket().count(),
+        "queue": queue,
+    }

@@ -10,9 +10,10 @@ from django.core.cache import cache
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from tickets import pdf, services
+from tickets import metrics, pdf, services
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
 
@@ -167,3 +168,19 @@ def healthz_ready(request):
     response = JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
     response["Cache-Control"] = "no-store"
     return response
+
+
+@require_GET
+@never_cache
+def metrics_view(request):
+    """Prometheus scrapes: staff signed in, or `Authorization: Bearer` with
+    NIGHTJAR_METRICS_TOKEN. Anyone else gets 403 and no numbers."""
+    staff = request.user.is_authenticated and request.user.is_staff
+    if not staff and not metrics.token_matches(request.headers.get("Authorization", "")):
+        return HttpResponse(
+            "Metrics are for staff: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
+            status=403,
+            content_type="text/plain; charset=utf-8",
+        )
+    body, content_type = metrics.exposition(desk=True)
+    return HttpResponse(body, content_type=content_type)

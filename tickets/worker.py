@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TextIO
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
 
-from tickets import contract, services, transport
+from tickets import contract, metrics, services, transport
 from tickets.batch import handle_batch
 from tickets.checkpoints import Pause
-from tickets.models import Registration
+from tickets.models import Registration, as_datetime
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,13 @@ class Worker:
         self.failed = 0
         self.current: transport.Delivery | None = None  # the delivery the handler is on
         self.current_acked = False
+        self.handed_back = 0
+        self.on = ""  # what the report says the worker is on (or was on last)
+        self.started = timezone.now()
         self.health_file = Path(health_file) if health_file else None
         self.last_beat = 0.0
+        self.last_report = 0.0
+        self.reports_as_service = False
 
     def say(self, line: str) -> None:
         # Flushed at once: learners and tests read these lines as they happen.
@@ -74,7 +80,8 @@ class Worker:
     def connect(self) -> None:
         self.consumer = transport.Consumer(prefetch=self.prefetch)
         if self.pause is not None:
-            self.pause.keepalive = self.consumer.keepalive
+            keepalive = self.consumer.keepalive
+            self.pause.keepalive = lambda seconds: (self.beat(), keepalive(seconds))
 
     def close(self) -> None:
         if self.consumer is not None:
@@ -114,6 +121,7 @@ class Worker:
         """Check every delivery, then one transaction and one ack for them all.
         Raises on a database error, leaving the whole batch unacked."""
         close_old_connections()
+        started = time.perf_counter()
         messages, rejections = [], []
         decoded = {}
         for delivery in deliveries:
@@ -123,13 +131,14 @@ class Worker:
                 rejections.append((delivery, str(error)))
         received = []
         ids = {message.registration_id for message in decoded.values()}
-        stored = Registration.objects.stored_names(ids)
+        stored = Registration.objects.stored(ids)
+        self.note_redeliveries(deliveries, decoded)
         for delivery in deliveries:
             message = decoded.get(delivery.tag)
             if message is None:
                 continue
             try:
-                contract.check_stored(message, stored.get(message.registration_id))
+                contract.check_stored(message, stored.get(message.registration_id, (None,))[0])
             except contract.ContractError as error:
                 rejections.append((delivery, str(error)))
                 continue
@@ -137,29 +146,57 @@ class Worker:
             received.append(f"Received {message.code} redelivered={delivery.redelivered}")
         if received:
             self.say("\n".join(received))  # one write for the batch
+        if messages:
+            first, last = min(ids), max(ids)
+            self.on = f"batch of {len(deliveries)}, {contract.format_code(first)}–{contract.format_code(last)}"
         tags = [delivery.tag for delivery in deliveries]
         ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
-        handle_batch(messages, rejections, ack_all, self.pause)
+        new = handle_batch(messages, rejections, ack_all, self.pause)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
         self.handled += len(messages)
         self.rejected += len(rejections)
+        self.measure(started, handled=len(messages), rejected=len(rejections), made=[stored[pk][1] for pk in new or ()])
+        metrics.BATCH_SIZE.observe(len(deliveries))
         self.say("Handler returned.")
 
     def process(self, delivery: transport.Delivery) -> None:
         """Check one delivery, then run the handler or record the rejection.
         Raises on a database error, leaving the delivery unacked."""
         close_old_connections()
+        started = time.perf_counter()
         try:
-            message = self.check(delivery)
+            message, created = self.check(delivery)
         except contract.ContractError as error:
             self.reject(delivery, str(error))
             return
+        self.note_redeliveries([delivery], {delivery.tag: message})
         self.say(f"Received {message.code} redelivered={delivery.redelivered}")
         self.current, self.current_acked = delivery, False
+        self.on = message.code
         self.handler(message, lambda: self.ack_current(delivery), self.pause)
         self.handled += 1
+        # The handler does not say whether it made the ticket: a first delivery almost always does.
+        self.measure(started, handled=1, made=[] if delivery.redelivered else [created])
         self.say("Handler returned.")
+
+    def measure(self, started: float, *, handled: int, rejected: int = 0, made: list) -> None:
+        """Metrics for a delivery or batch that was committed and acked."""
+        now = timezone.now()
+        metrics.HANDLER_SECONDS.observe(time.perf_counter() - started)
+        metrics.DELIVERIES.labels("handled").inc(handled)
+        if rejected:
+            metrics.DELIVERIES.labels("rejected").inc(rejected)
+        for created in made:
+            metrics.LATENCY.observe(max(0.0, (now - as_datetime(created)).total_seconds()))
+
+    def note_redeliveries(self, deliveries: list[transport.Delivery], decoded: dict) -> None:
+        """Staff see in a registration's history when it came again: one row
+        per redelivery, one statement per batch, nothing for a first delivery."""
+        again = [delivery for delivery in deliveries if delivery.redelivered]
+        if again:
+            pairs = [(getattr(decoded.get(d.tag), "registration_id", None), d.attempts + 1) for d in again]
+            services.record_redeliveries(deliveries=pairs, worker=self.name)
 
     def ack_current(self, delivery: transport.Delivery) -> None:
         self.consumer.ack(delivery.tag, flush=self.flush_acks)
@@ -179,12 +216,16 @@ class Worker:
             " and the next reconcile publishes it again (no failure was recorded)."
         )
 
-    def check(self, delivery: transport.Delivery) -> contract.Message:
+    def check(self, delivery: transport.Delivery) -> tuple[contract.Message, object]:
         """The contract, then the stored registration: a body that names an
-        unknown registration or another name is not a repeat of anything."""
+        unknown registration or another name is not a repeat of anything.
+        Returns the message and when its registration was stored."""
         message = contract.decode(delivery.body)
-        contract.check_stored(message, Registration.objects.stored_name(message.registration_id))
-        return message
+        name, created = Registration.objects.stored([message.registration_id]).get(
+            message.registration_id, (None, None)
+        )
+        contract.check_stored(message, name)
+        return message, created
 
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
@@ -192,20 +233,27 @@ class Worker:
             record = services.record_rejection(delivery=delivery, reason=reason)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
+        metrics.DELIVERIES.labels("rejected").inc()
         already = "" if record is not None else " (already recorded)"
         self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}{already}")
 
     def drain(self) -> int:
         """Take deliveries until none is ready; returns how many."""
-        while not self.shutdown and self.take_one():
-            pass
+        self.report()
+        try:
+            while not self.shutdown and self.take_one():
+                self.beat()
+        finally:
+            self.report(stopped=True)
         return self.handled + self.rejected
 
     def serve(self) -> None:
         """Consume until SIGTERM/SIGINT, reconnecting with backoff when
         RabbitMQ goes away. A failed delivery is logged and handed back."""
         self.install_signal_handlers()
+        self.reports_as_service = True
         self.flush_acks = self.pause is not None
+        self.report()
         backoff = 1.0
         last_reconcile = time.monotonic()
         while not self.shutdown:
@@ -234,6 +282,7 @@ class Worker:
                 backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX)
             finally:
                 self.close()
+        self.report(stopped=True)
         self.say(f"Stopped after {self.handled} deliveries.")
 
     def deliveries(self):
@@ -253,6 +302,8 @@ class Worker:
             self.sleep(RETRY_PAUSE, keepalive=True)
             for delivery, _ in failed:
                 self.consumer.requeue(delivery.tag)
+                self.handed_back += 1
+                metrics.DELIVERIES.labels("handed_back").inc()
 
     def try_process(
         self, work: transport.Delivery | list[transport.Delivery]
@@ -275,6 +326,7 @@ class Worker:
             delivery = work[0] if isinstance(work, list) else work
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
+            metrics.DELIVERIES.labels("failed").inc()
             services.record_failure(delivery=delivery, error=error, worker=self.name)
             return [(delivery, error)]
 
@@ -288,7 +340,9 @@ class Worker:
 
     def reconcile(self) -> None:
         try:
-            report = services.reconcile_registrations(**self.reconcile_options)
+            report = services.reconcile_registrations(
+                **self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)"
+            )
         except Exception:
             logger.exception("Reconcile failed; trying again at the next interval")
             return
@@ -298,14 +352,50 @@ class Worker:
             self.say(f"Reconcile republished {len(report.published)}; {report.remaining} remain.")
 
     def beat(self) -> None:
-        """Touch the health file, at most once a second: the loop is running."""
-        if self.health_file is None or time.monotonic() - self.last_beat < 1.0:
+        """The loop is running: touch the health file (at most once a second)
+        and rewrite this worker's report (every NIGHTJAR_WORKER_REPORT_SECONDS)."""
+        now = time.monotonic()
+        every = settings.NIGHTJAR_WORKER_REPORT_SECONDS
+        # Never inside the handler's transaction (a learner paused there): the row would wait for its commit.
+        if every and now - self.last_report >= every and not connection.in_atomic_block:
+            self.report()
+        if self.health_file is None or now - self.last_beat < 1.0:
             return
-        self.last_beat = time.monotonic()
+        self.last_beat = now
         try:
             self.health_file.touch()
         except OSError as error:
             logger.warning("Could not touch the health file %s: %s", self.health_file, error)
+
+    def mode(self) -> str:
+        words = ["serve" if self.reports_as_service else "drain"]
+        words.append(f"batch {self.batch}" if self.batch else "per delivery")
+        words.append(f"prefetch {self.prefetch}")
+        if self.reconcile_every:
+            words.append(f"reconcile every {self.reconcile_every:g} s")
+        if self.pause is not None and self.pause.at:
+            words.append(f"pauses {self.pause.at}")
+        return ", ".join(words)
+
+    def report(self, *, stopped: bool = False) -> None:
+        """What staff see in the workers table (never once per delivery)."""
+        if not settings.NIGHTJAR_WORKER_REPORT_SECONDS:
+            return
+        self.last_report = time.monotonic()
+        host, _, pid = self.name.rpartition(":")
+        fields = {
+            "host": host,
+            "pid": int(pid),
+            "transport": transport.name(),
+            "mode": self.mode()[:100],
+            "started": self.started,
+            "handled": self.handled,
+            "rejected": self.rejected,
+            "failed": self.failed,
+            "handed_back": self.handed_back,
+            "current": self.on[:100],
+        }
+        services.report_worker(name=self.name, fields=fields, stopped=stopped)
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""

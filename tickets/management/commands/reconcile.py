@@ -25,7 +25,9 @@ class Command(BaseCommand):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
-            report = services.reconcile_registrations(limit=options["limit"], older_than=options["older_than"])
+            report = services.reconcile_registrations(
+                limit=options["limit"], older_than=options["older_than"], actor=services.command_line_actor("reconcile")
+            )
         except transport.BrokerError as error:
             raise CommandError(f"Stopped: {error}", returncode=3) from None
         collected = report.collected

@@ -2,7 +2,7 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import lab, transport
+from tickets import lab, metrics, transport
 from tickets.checkpoints import CHECKPOINTS, CRASHES, Pause
 from tickets.worker import Worker
 
@@ -64,6 +64,18 @@ class Command(BaseCommand):
             help="In --serve, touch this file about once a second while the loop runs (a liveness probe for it).",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="In --serve, answer Prometheus scrapes of this worker's metrics on http://ADDRESS:PORT/metrics.",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="With --metrics-port: the address to listen on (default 127.0.0.1; 0.0.0.0 for a scraper elsewhere).",
+        )
+        parser.add_argument(
             "--older-than",
             type=float,
             default=60,
@@ -91,6 +103,10 @@ class Command(BaseCommand):
             raise CommandError("--reconcile-every only makes sense with --serve.", returncode=2)
         if options["health_file"] and not options["serve"]:
             raise CommandError("--health-file only makes sense with --serve.", returncode=2)
+        if options["metrics_port"] is not None and not options["serve"]:
+            raise CommandError("--metrics-port only makes sense with --serve.", returncode=2)
+        if options["metrics_port"] is not None and not 1 <= options["metrics_port"] <= 65535:
+            raise CommandError("--metrics-port must be a port number (1-65535).", returncode=2)
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
@@ -124,6 +140,17 @@ class Command(BaseCommand):
             batch_ms=options["batch_ms"],
             health_file=options["health_file"],
         )
+        if options["metrics_port"] is not None:
+            try:
+                metrics.serve_worker_metrics(options["metrics_port"], options["metrics_address"])
+            except OSError as error:
+                raise CommandError(
+                    f"Cannot serve metrics on {options['metrics_address']}:{options['metrics_port']}: {error}",
+                    returncode=2,
+                ) from None
+            self.stdout.write(
+                f"Metrics on http://{options['metrics_address']}:{options['metrics_port']}/metrics (Prometheus)."
+            )
         try:
             if options["serve"]:
                 worker.serve()

@@ -1,0 +1,115 @@
+"""Prometheus metrics, by the prometheus-client library (never a hand-written
+format). Web processes count registrations and failed publishes; the worker
+counts deliveries, batch sizes, handler time and registration → ticket latency.
+
+Under gunicorn every web process writes its values to files in
+PROMETHEUS_MULTIPROC_DIR (gunicorn.conf.py sets it up and cleans it), and a
+scrape of any process adds them all up: the library's multiprocess mode. The
+worker serves its own values on a port of its own (`worker --metrics-port`).
+Gauges that describe the whole system (pending registrations, queue depth)
+are read from the database and the broker at scrape time, by the web only.
+"""
+
+import hmac
+import os
+
+from django.conf import settings
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+
+REGISTRATIONS = Counter("nightjar_registrations_created", "Registrations stored by the web (the durable intent).")
+PUBLISHES_FAILED = Counter(
+    "nightjar_publishes_failed", "Registrations stored but not published at once (left for reconcile)."
+)
+DELIVERIES = Counter(
+    "nightjar_deliveries",
+    "Deliveries the worker finished: handled (committed, acked), rejected (recorded, acked), "
+    "failed (an error; not acked), handed_back (returned to the broker after a failure).",
+    ["outcome"],
+)
+BATCH_SIZE = Histogram(
+    "nightjar_batch_size", "Deliveries per batch in batch mode.", buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+)
+HANDLER_SECONDS = Histogram(
+    "nightjar_handler_seconds",
+    "Time from a delivery (or batch) taken to its commit and ack, checks included.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+LATENCY = Histogram(
+    "nightjar_registration_to_ticket_seconds",
+    "From a registration's stored time to the commit of its ticket (tickets made by this worker).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
+OUTCOMES = ("handled", "rejected", "failed", "handed_back")
+for outcome in OUTCOMES:
+    DELIVERIES.labels(outcome)  # each series exists from the start, at 0
+
+
+class DeskCollector:
+    """Gauges read when scraped: pending and parked registrations, and the
+    queue as the broker reports it (nightjar_broker_up 0 when it does not answer)."""
+
+    def collect(self):
+        from tickets import services
+
+        gauges = services.desk_gauges()
+        yield GaugeMetricFamily(
+            "nightjar_registrations_pending", "Registrations without a ticket, not parked.", value=gauges["pending"]
+        )
+        yield GaugeMetricFamily(
+            "nightjar_registrations_parked", "Registrations parked for staff.", value=gauges["parked"]
+        )
+        queue = gauges["queue"]
+        yield GaugeMetricFamily("nightjar_broker_up", "1 when the broker answered this scrape.", value=int(bool(queue)))
+        if queue:
+            for key, help_text in (
+                ("ready", "Deliveries waiting in the queue or stream."),
+                ("unacked", "Deliveries sent to workers and not yet acknowledged."),
+                ("consumers", "Workers consuming."),
+                ("dead", "Dead-lettered deliveries not yet collected."),
+            ):
+                if queue.get(key) is not None:
+                    yield GaugeMetricFamily(f"nightjar_queue_{key}", help_text, value=queue[key])
+
+
+def multiprocess_mode() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+def exposition(*, desk: bool) -> tuple[bytes, str]:
+    """The text a scrape gets: this process's values (or all processes' in
+    multiprocess mode), plus the desk's gauges when asked."""
+    if multiprocess_mode():
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    text = generate_latest(registry)
+    if desk:
+        gauges = CollectorRegistry()
+        gauges.register(DeskCollector())
+        text += generate_latest(gauges)
+    return text, CONTENT_TYPE_LATEST
+
+
+def token_matches(header: str) -> bool:
+    """`Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>`, compared in constant time."""
+    token = settings.NIGHTJAR_METRICS_TOKEN
+    if not token or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
+
+
+def serve_worker_metrics(port: int, address: str) -> None:
+    """The worker's own metrics on http://address:port/metrics (a thread of
+    the library's); raises OSError when the port is taken."""
+    start_http_server(port, addr=address)
