@@ -131,7 +131,8 @@ def test_delivery_status_page_counts_rows_and_the_queue(staff):
     with_tickets("Doubled", 2)
     page = staff.get(f"{CHANGELIST}delivery-status/").content.decode()
     assert "Delivery status" in page
-    assert "Duplicate tickets</th><td><a" in page
+    assert '<span class="desk-number">1</span> duplicates' in page
+    assert '<span class="desk-number">1</span> pending' in page
     assert '<th scope="row">Ready</th><td>1</td>' in page
     assert '<th scope="row">Unacknowledged</th><td>0</td>' in page
     assert "Oldest pending registration" in page

@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 
 import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from nightjar.logs import JsonFormatter, MaskSecrets
+from nightjar.logs import JsonFormatter, MaskSecrets, mask
 from tests.conftest import ROOT
 from tickets import transport
 from tickets.models import Completion, Registration, Ticket
@@ -112,13 +113,30 @@ def test_logs_are_json_lines_with_passwords_masked():
     logger = logging.getLogger("tests.masking")
     logger.addHandler(handler)
     try:
-        logger.warning("RabbitMQ at %s is down", "amqp://nightjar:s3cret-pw@rabbit:5672/%2F")
+        logger.warning(
+            "RabbitMQ at %s is down",
+            "amqp://nightjar:s3cret-pw@rabbit:5672/%2F",
+            extra={"broker": "amqp://nightjar:s3cret-pw@rabbit:5672/%2F", "attempt": 3},
+        )
+        try:
+            raise ConnectionError("cannot reach postgres://app:s3cret-pw@db:5432/nightjar")
+        except ConnectionError:
+            logger.exception("Database gone")
     finally:
         logger.removeHandler(handler)
-    entry = json.loads(stream.getvalue())
-    assert entry["level"] == "WARNING"
-    assert entry["message"] == "RabbitMQ at amqp://nightjar:***@rabbit:5672/%2F is down"
+    warning, error = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert warning["level"] == "WARNING" and warning["logger"] == "tests.masking"
+    assert warning["message"] == "RabbitMQ at amqp://nightjar:***@rabbit:5672/%2F is down"
+    assert warning["broker"] == "amqp://nightjar:***@rabbit:5672/%2F" and warning["attempt"] == 3  # extra= kept
+    assert datetime.fromisoformat(warning["time"]).utcoffset() == timedelta(0)  # UTC, and it says so
+    assert "ConnectionError: cannot reach postgres://app:***@db:5432/nightjar" in error["exception"]
     assert "s3cret" not in stream.getvalue()
+
+
+def test_guest_secrets_never_reach_the_logs():
+    registration_path = "/registrations/R-0042/Zx9_secret-Value/ticket/download/"
+    assert mask(f"GET {registration_path} 200") == "GET /registrations/R-0042/***/ticket/download/ 200"
+    assert mask("/registrations/R-7/abc?x=1") == "/registrations/R-7/***?x=1"
 
 
 def test_docker_compose_describes_every_service_with_what_it_needs():

@@ -1,23 +1,33 @@
 """The staff desk. Actions call the same services as the management commands;
 nothing here changes rows on its own."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
 
-from tickets import contract, services, transport
+from tickets import charts, contract, services, transport
 from tickets.models import (
     Completion,
     DeliveryFailure,
     ParkedDelivery,
+    Redelivery,
     Registration,
     RejectedMessage,
     StaffAction,
     Ticket,
+    WorkerReport,
 )
+
+# The staff desk's two windows: (title, window, bucket).
+WINDOWS = (("Last hour", timedelta(hours=1), 60), ("Last day", timedelta(days=1), 900))
 
 
 def count_of(model, **filters):
@@ -81,22 +91,10 @@ class RejectedInline(ReadOnlyInline):
     fields = readonly_fields = ("received", "reason", "body_excerpt", "redelivered")
 
 
-class FailureInline(ReadOnlyInline):
-    model = DeliveryFailure
-    fields = readonly_fields = ("at", "worker", "error")
-    verbose_name = "failed attempt"
-
-
 class ParkedInline(ReadOnlyInline):
     model = ParkedDelivery
     fields = readonly_fields = ("parked", "reason", "attempts", "resolution", "resolved_by")
     verbose_name = "parked delivery"
-
-
-class StaffActionInline(ReadOnlyInline):
-    model = StaffAction
-    fields = readonly_fields = ("at", "actor", "action", "detail")
-    verbose_name = "staff action"
 
 
 def actor(request) -> str:
@@ -109,9 +107,9 @@ class RegistrationAdmin(admin.ModelAdmin):
     list_filter = (StateFilter,)
     search_fields = ("name",)
     search_help_text = "Search by registration ID (R-0002) or guest name."
-    readonly_fields = ("code", "name", "created", "state")
+    readonly_fields = ("code", "name", "created", "state", "deliveries", "history")
     fields = readonly_fields
-    inlines = (TicketInline, CompletionInline, ParkedInline, FailureInline, RejectedInline, StaffActionInline)
+    inlines = (TicketInline, CompletionInline, ParkedInline, RejectedInline)
     actions = ("retry_delivery", "repair_duplicate_tickets")
     list_per_page = 100
     show_full_result_count = False  # COUNT(*) over 100,000 rows on every page is wasted work
@@ -154,6 +152,25 @@ class RegistrationAdmin(admin.ModelAdmin):
     def state(self, obj):
         state = services.describe_state(tickets=obj.ticket_count, completed=obj.completed, parked=obj.parked)
         return f"{state}, {obj.rejected_count} rejected deliveries" if obj.rejected_count else state
+
+    @admin.display(description="deliveries")
+    def deliveries(self, obj):
+        return services.registration_history(obj)[1]
+
+    @admin.display(description="history")
+    def history(self, obj):
+        """Every attempt, redelivery, republish, parking and staff action, oldest first."""
+        events, _ = services.registration_history(obj)
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((f"{event.at:%Y-%m-%d %H:%M:%S.%f}"[:-3], event.what, event.detail) for event in events),
+        )
+        return format_html(
+            '<table class="history"><thead><tr><th>when (UTC)</th><th>what</th><th>detail</th></tr></thead>'
+            "<tbody>{}</tbody></table>",
+            rows,
+        )
 
     # Both actions change what happens to a registration: a view-only user may not run them.
     @admin.action(description="Retry delivery", permissions=["change"])
@@ -200,23 +217,113 @@ class RegistrationAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/tickets/registration/repair_confirm.html", context)
 
     def get_urls(self):
-        status = self.admin_site.admin_view(self.delivery_status_view)
-        return [path("delivery-status/", status, name="tickets_delivery_status"), *super().get_urls()]
+        view = self.admin_site.admin_view
+        return [
+            path("delivery-status/", view(self.desk_view), name="tickets_delivery_status"),
+            path("delivery-status/reconcile/", view(self.reconcile_view), name="tickets_desk_reconcile"),
+            path("delivery-status/audit/", view(self.audit_view), name="tickets_desk_audit"),
+            *super().get_urls(),
+        ]
 
-    def delivery_status_view(self, request):
+    def desk_view(self, request):
+        """The operations desk: totals, the broker, workers and two charts,
+        read at one moment. `?fragment=1` is the part desk.js refreshes."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         status = services.delivery_status()
-        oldest = services.pending_registrations().first()
         context = {
             **self.admin_site.each_context(request),
             "title": "Delivery status",
             "status": status,
-            "oldest": oldest,
+            "oldest": services.pending_registrations().first(),
             "stream_maxlen": f"{settings.NIGHTJAR_STREAM_MAXLEN:,}",
             "replicas": services.describe_replicas(status.queue),
+            "workers": services.worker_reports(),
+            "gone_after": settings.NIGHTJAR_WORKER_GONE_SECONDS,
+            "charts": [desk_charts(title, window, bucket) for title, window, bucket in WINDOWS],
             "registrations_url": reverse("admin:tickets_registration_changelist"),
+            "can_reconcile": self.has_change_permission(request),
             "opts": self.model._meta,
         }
-        return TemplateResponse(request, "admin/tickets/delivery_status.html", context)
+        context["read_at"] = context["charts"][0]["read_at"]
+        # admin_view already says no-store: every read is fresh.
+        template = (
+            "admin/tickets/desk_body.html" if request.GET.get("fragment") else "admin/tickets/delivery_status.html"
+        )
+        return TemplateResponse(request, template, context)
+
+    def reconcile_view(self, request):
+        """The reconcile button: the same service as `manage.py reconcile`,
+        bounded so the request answers (what remains is said)."""
+        if request.method != "POST":
+            return redirect("admin:tickets_delivery_status")
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        try:
+            report = services.reconcile_registrations(max_seconds=10, actor=actor(request))
+        except transport.BrokerError as error:
+            self.message_user(request, f"Reconcile stopped: {error}", messages.ERROR)
+            return redirect("admin:tickets_delivery_status")
+        collected = report.collected
+        self.message_user(
+            request,
+            f"Reconcile republished {len(report.published)} registration(s), {report.remaining} still due; "
+            f"dead letters: {len(collected.parked)} parked, {len(collected.requeued)} requeued, "
+            f"{collected.dropped} already done, {collected.rejected} rejected.",
+            messages.SUCCESS,
+        )
+        return redirect("admin:tickets_delivery_status")
+
+    def audit_view(self, request):
+        """The audit button: the promise checked row by row, as `manage.py audit`."""
+        if request.method != "POST":
+            return redirect("admin:tickets_delivery_status")
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        report = services.audit_invariants()
+        if report.passed:
+            self.message_user(
+                request,
+                f"Audit passed: {report.checked} registrations checked, every ticket once; {report.parked} parked.",
+                messages.SUCCESS,
+            )
+        for violation in report.violations:
+            self.message_user(request, f"Audit: {violation}", messages.ERROR)
+        return redirect("admin:tickets_delivery_status")
+
+
+def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
+    activity = services.activity(window=window, bucket_seconds=bucket)
+    registrations, tickets = activity.totals
+    worst = max((value for value in activity.p99 if value is not None), default=None)
+    per = "per minute" if bucket == 60 else f"per minute, averaged over {bucket // 60} minutes"
+    rate_summary = f"{registrations:,} registrations and {tickets:,} tickets, {per}."
+    latency_summary = (
+        f"Slowest p99: {charts.label(worst, 's')} (registration stored to ticket issued)."
+        if worst is not None
+        else "No tickets in this window."
+    )
+    common = {"start": activity.start, "bucket_seconds": bucket}
+    return {
+        "title": title,
+        "read_at": activity.read_at,
+        "rates": charts.line_chart(
+            title=f"{title}: registrations and tickets per minute",
+            series=[
+                ("registrations", activity.registrations, "series-a"),
+                ("tickets", activity.tickets, "series-b"),
+            ],
+            summary=rate_summary,
+            **common,
+        ),
+        "latency": charts.line_chart(
+            title=f"{title}: registration → ticket latency",
+            series=[("p50", activity.p50, "series-a"), ("p99", activity.p99, "series-c")],
+            unit="s",
+            summary=latency_summary,
+            **common,
+        ),
+    }
 
 
 @admin.register(Ticket)
@@ -341,3 +448,32 @@ class DeliveryFailureAdmin(RecordAdmin):
     search_fields = ("error",)
     readonly_fields = ("at", "registration", "worker", "error")
     show_full_result_count = False
+
+
+@admin.register(Redelivery)
+class RedeliveryAdmin(RecordAdmin):
+    list_display = ("at", "registration", "delivery", "worker")
+    list_select_related = ("registration",)
+    show_full_result_count = False
+
+
+@admin.register(StaffAction)
+class StaffActionAdmin(RecordAdmin):
+    list_display = ("at", "actor", "action", "registration", "detail")
+    list_select_related = ("registration",)
+    list_filter = ("action",)
+    show_full_result_count = False
+
+
+@admin.register(WorkerReport)
+class WorkerReportAdmin(RecordAdmin):
+    list_display = ("name", "state_now", "mode", "transport", "started", "last_seen", "handled", "failed")
+    search_fields = ("name", "host")
+
+    @admin.display(description="state")
+    def state_now(self, obj):
+        return obj.state(gone_after=settings.NIGHTJAR_WORKER_GONE_SECONDS)
+
+
+# The admin index opens with the desk's link (templates/admin/nightjar_index.html).
+admin.site.index_template = "admin/nightjar_index.html"

@@ -1,0 +1,252 @@
+"""The operations desk: the dashboard with its charts and buttons, the
+workers table, each registration's history, and the operator signals
+(Prometheus metrics from the web and the worker, JSON logs) — with real rows,
+a real broker and real worker and gunicorn processes."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ROOT, Guest, free_port
+from tickets import services
+from tickets.models import Completion, Redelivery, Registration, StaffAction, Ticket, WorkerReport
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DESK = "/admin/tickets/registration/delivery-status/"
+
+
+@pytest.fixture
+def staff(client):
+    user = User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
+    client.force_login(user)
+    return client
+
+
+def made(name: str, *, ago: float, waited: float | None) -> Registration:
+    """A registration stored `ago` seconds back, with its ticket `waited` seconds later (or none)."""
+    created = timezone.now() - timedelta(seconds=ago)
+    registration = Registration.objects.create(name=name, created=created)
+    if waited is not None:
+        Completion.objects.create(registration=registration, completed=created + timedelta(seconds=waited))
+        Ticket.objects.create(registration=registration, name=name, issued=created + timedelta(seconds=waited))
+    return registration
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of a scrape, parsed by prometheus-client's own parser."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def until(predicate, timeout: float = 30, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"Timed out after {timeout} s waiting for {what}")
+
+
+def test_activity_counts_per_minute_and_latency_percentiles():
+    now = timezone.now()
+    for index in range(10):  # ten tickets issued 3 minutes ago, latencies 1..10 s
+        made(f"Guest {index}", ago=180 + index + 1, waited=index + 1)
+    made("Still Waiting", ago=30, waited=None)
+    activity = services.activity(window=timedelta(hours=1), bucket_seconds=60, now=now)
+    assert len(activity.registrations) == 60 and activity.totals == (11, 10)
+    issued_bucket = activity.tickets.index(max(activity.tickets))
+    assert activity.tickets[issued_bucket] == 10
+    assert activity.p50[issued_bucket] == 5.0 and activity.p99[issued_bucket] == 10.0
+    assert activity.p50[-1] is None  # no ticket in the last minute: no latency, not zero
+    day = services.activity(window=timedelta(days=1), bucket_seconds=900, now=now)
+    assert len(day.registrations) == 96 and day.totals == (11, 10)
+
+
+def test_the_dashboard_draws_charts_and_says_when_it_read_its_numbers(staff):
+    for index in range(5):
+        made(f"Guest {index}", ago=600 - index * 60, waited=0.5 + index)
+    made("Waiting", ago=5, waited=None)
+    page = staff.get(DESK).content.decode()
+    assert "Numbers read at" in page and " UTC</time>" in page
+    assert page.count("<svg viewBox") == 4  # rates and latency, last hour and last day
+    assert "6 registrations and 5 tickets, per minute." in page
+    assert "Slowest p99: 4.5 s" in page
+    assert re.search(r'<polyline class="series-a" points="[\d., ]+"', page)
+    assert "desk.js" in page and 'data-refresh-seconds="10"' in page
+    assert '<span class="desk-number">1</span> pending' in page
+    # What desk.js fetches: the same numbers without the page around them.
+    fragment = staff.get(DESK + "?fragment=1")
+    assert "no-store" in fragment["Cache-Control"]
+    body = fragment.content.decode()
+    assert "<html" not in body and "Numbers read at" in body and body.count("<svg") == 4
+    index = staff.get("/admin/").content.decode()
+    assert DESK in index and "Operations desk" in index
+
+
+def test_reconcile_and_audit_buttons_run_the_services_and_show_their_result(staff):
+    stuck = made("Lost Publish", ago=300, waited=None)  # stored, never published
+    made("Done", ago=200, waited=1)
+    response = staff.post(DESK + "reconcile/", follow=True)
+    page = response.content.decode()
+    assert "Reconcile republished 1 registration(s), 0 still due" in page
+    action = StaffAction.objects.get(registration=stuck)
+    assert (action.action, action.actor) == ("republish", "desk (admin)")
+    page = staff.post(DESK + "audit/", follow=True).content.decode()
+    assert "Audit: pending for more than 300 s: " + stuck.code in page  # it has no ticket yet: the audit says so
+    Completion.objects.create(registration=stuck)
+    Ticket.objects.create(registration=stuck, name=stuck.name)
+    page = staff.post(DESK + "audit/", follow=True).content.decode()
+    assert "Audit passed: 2 registrations checked" in page
+
+
+def test_a_view_only_user_sees_the_desk_but_cannot_reconcile(client):
+    viewer = User.objects.create_user("viewer", password="pw-for-a-viewer-1", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_registration"))
+    client.force_login(viewer)
+    made("Lost Publish", ago=300, waited=None)
+    assert client.get(DESK).status_code == 200
+    assert client.post(DESK + "reconcile/").status_code == 403
+    assert not StaffAction.objects.exists()
+
+
+def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff, workers, worker_env, settings):
+    settings.NIGHTJAR_WORKER_GONE_SECONDS = 3
+    env = {**worker_env, "NIGHTJAR_WORKER_REPORT_SECONDS": "0.5"}
+    for index in range(6):
+        services.register_guest(name=f"Table Guest {index}")
+    killed = workers.start("--serve", "--batch", "10", env=env)
+    killed.wait_for("Serving")
+    until(lambda: Ticket.objects.count() == 6, what="six tickets")
+    row = until(lambda: WorkerReport.objects.filter(pid=killed.proc.pid, handled=6).first(), what="the report")
+    assert row.mode.startswith("serve, batch 10, prefetch") and row.current.startswith("batch of")
+    page = staff.get(DESK).content.decode()
+    assert re.search(rf'<tr class="worker-running"><td>[^<]*:{killed.proc.pid}</td><td>running</td>', page)
+    stopped = workers.start("--serve", env=env)
+    stopped.wait_for("Serving")
+    killed.proc.kill()  # SIGKILL: it cannot say goodbye
+    killed.proc.wait()
+    stopped.signal(signal.SIGTERM)
+    assert stopped.finish()[0] == 0
+    time.sleep(3.5)
+    page = staff.get(DESK).content.decode()
+    assert re.search(rf'<tr class="worker-gone"><td>[^<]*:{killed.proc.pid}</td><td>gone</td>', page)
+    assert re.search(rf'<tr class="worker-stopped"><td>[^<]*:{stopped.proc.pid}</td><td>stopped</td>', page)
+    assert "<td>6</td>" in page  # what the killed one had handled stays on the desk
+
+
+def test_a_registration_page_tells_its_whole_history(staff, workers):
+    registration = services.register_guest(name="Long Story")
+    crashed = workers.run("--crash", "before")  # takes the delivery and dies before writing
+    assert crashed.returncode == 21
+    services.retry_registration(code=registration.code, actor="desk (admin)")
+    Registration.objects.filter(pk=registration.pk).update(created=timezone.now() - timedelta(seconds=120))
+    services.reconcile_registrations(older_than=60)
+    assert workers.run("--drain").returncode == 0
+    redelivery = Redelivery.objects.get(registration=registration)
+    assert redelivery.delivery >= 2
+    page = staff.get(f"/admin/tickets/registration/{registration.pk}/change/").content.decode()
+    history = page[page.index('<table class="history">') :]
+    steps = re.findall(r"<tr><td>[^<]+</td><td>([^<]+)</td>", history)
+    assert steps[0] == "registered" and "retry" in steps and "republish" in steps
+    assert "delivered again" in steps and "ticket issued" in steps
+    assert steps.index("delivered again") < steps.index("ticket issued")
+    assert "Published 3 time(s) (2 republished by reconcile, retry or requeue); 1 redelivery(ies) recorded" in page
+    assert "nightjar (reconcile)" in history and f"delivery {redelivery.delivery}, to worker" in history
+
+
+def test_metrics_are_for_staff_or_the_token_and_count_what_happened(client, staff, settings):
+    settings.NIGHTJAR_METRICS_TOKEN = "scrape-token-1234"
+    anonymous = client.__class__()
+    assert anonymous.get("/metrics").status_code == 403
+    assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+    before = samples(anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-1234").content.decode())
+    for index in range(3):
+        services.register_guest(name=f"Counted {index}")
+    made("Already Done", ago=100, waited=1)
+    response = staff.get("/metrics")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain; version=")
+    after = samples(response.content.decode())
+    created = ("nightjar_registrations_created_total", ())
+    assert after[created] - before.get(created, 0) == 3
+    assert after[("nightjar_registrations_pending", ())] == 3
+    assert after[("nightjar_broker_up", ())] == 1 and after[("nightjar_queue_ready", ())] == 3
+    assert after[("nightjar_deliveries_total", (("outcome", "handled"),))] >= 0
+
+
+def test_a_worker_serves_its_metrics_on_its_own_port(workers):
+    port = free_port()
+    worker = workers.start("--serve", "--metrics-port", str(port))
+    worker.wait_for(f"Metrics on http://127.0.0.1:{port}/metrics")
+    worker.wait_for("Serving")
+    for index in range(4):
+        services.register_guest(name=f"Metered {index}")
+    until(lambda: Ticket.objects.count() == 4, what="four tickets")
+    time.sleep(0.3)  # the last ack and metric after the commit
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        scraped = samples(response.read().decode())
+    assert scraped[("nightjar_deliveries_total", (("outcome", "handled"),))] == 4
+    assert scraped[("nightjar_deliveries_total", (("outcome", "failed"),))] == 0
+    assert scraped[("nightjar_handler_seconds_count", ())] == 4
+    assert scraped[("nightjar_registration_to_ticket_seconds_count", ())] == 4
+    worker.signal(signal.SIGTERM)
+    assert worker.finish()[0] == 0
+
+
+def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
+    port = free_port()
+    env = {
+        **worker_env,
+        "NIGHTJAR_METRICS_TOKEN": "scrape-token-5678",
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_DEBUG": "1",  # plain HTTP here: cookies without Secure
+        "NIGHTJAR_LOG_FORMAT": "json",  # which debug would otherwise make plain
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", "-c", "gunicorn.conf.py"]
+        + ["--bind", f"127.0.0.1:{port}", "--workers", "3"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        guest = Guest(url)
+        until(lambda: subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/healthz/live"]).returncode == 0)
+        for index in range(12):  # new connections each time: the processes share them out
+            status, page, _ = guest.register(f"Multi {index}")
+            assert status == 200, page
+        request = urllib.request.Request(url + "/metrics", headers={"Authorization": "Bearer scrape-token-5678"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            scraped = samples(response.read().decode())
+        assert scraped[("nightjar_registrations_created_total", ())] == 12
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    access = [entry for entry in lines if entry["logger"] == "gunicorn.access"]
+    posts = [entry for entry in access if entry.get("method") == "POST" and entry.get("path") == "/evening/"]
+    assert len(posts) == 12 and all(entry["status"] == 302 for entry in posts)
+    assert all(entry["time"].endswith("+00:00") for entry in lines)
+    secrets = [entry["path"] for entry in access if entry["path"].startswith("/registrations/R-")]
+    assert secrets and all(re.fullmatch(r"/registrations/R-\d+/\*\*\*/", path) for path in secrets)
+    errors = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert any("Booting worker" in entry["message"] for entry in errors)
+    assert not [line for line in err.splitlines() if line.strip() and not line.startswith("{")]
