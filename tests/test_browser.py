@@ -3,13 +3,16 @@ served by gunicorn on loopback, with a real worker process making the ticket.
 Screenshots of each step go to test-artifacts/."""
 
 import io
+import signal
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from playwright.sync_api import expect, sync_playwright
 from pypdf import PdfReader
 
 from tests.conftest import ROOT
+from tickets import services
 from tickets.models import Registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,3 +71,37 @@ def test_a_guest_registers_watches_the_page_switch_and_downloads_the_pdf(site, w
 
     text = PdfReader(io.BytesIO(Path(target).read_bytes())).pages[0].extract_text()
     assert registration.code in text and "Zoë Browser" in text
+
+
+def test_staff_see_the_desk_charts_after_a_burst_and_the_desk_refreshes_itself(site, workers, monkeypatch, settings):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ARTIFACTS.mkdir(exist_ok=True)
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]  # what the site checks with
+    User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
+    for index in range(40):
+        services.register_guest(name=f"Burst Guest {index}")
+    assert workers.run("--drain", "--batch", "10").returncode == 0
+    serving = workers.start("--serve")
+    serving.wait_for("Serving")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            page.goto(site + "/admin/login/?next=/admin/tickets/registration/delivery-status/")
+            page.get_by_label("Username").fill("desk")
+            page.get_by_label("Password").fill("correct horse battery staple")
+            page.get_by_role("button", name="Log in").click()
+            expect(page.get_by_role("heading", name="Delivery status")).to_be_visible()
+            charts = page.locator("figure.desk-chart")
+            expect(charts).to_have_count(4)
+            expect(charts.first.locator("polyline").first).to_be_visible()
+            expect(page.get_by_text("40 registrations and 40 tickets, per minute.").first).to_be_visible()
+            expect(page.locator("tr.worker-running")).to_have_count(1)
+            expect(page.locator("tr.worker-stopped")).to_have_count(1)  # the drain, which exited cleanly
+            page.screenshot(path=ARTIFACTS / "5-desk.png", full_page=True)
+            read_at = page.locator(".desk-read-at time").get_attribute("datetime")
+            expect(page.locator(".desk-read-at time")).not_to_have_attribute("datetime", read_at, timeout=20_000)
+        finally:
+            browser.close()
+    serving.signal(signal.SIGTERM)
+    assert serving.finish()[0] == 0

@@ -87,6 +87,7 @@ def test_the_dashboard_draws_charts_and_says_when_it_read_its_numbers(staff):
     assert "6 registrations and 5 tickets, per minute." in page
     assert "Slowest p99: 4.5 s" in page
     assert re.search(r'<polyline class="series-a" points="[\d., ]+"', page)
+    assert re.search(r'<rect class="series-a bar" x="[\d.]+" y="[\d.]+"', page)  # registrations as bars
     assert "desk.js" in page and 'data-refresh-seconds="10"' in page
     assert '<span class="desk-number">1</span> pending' in page
     # What desk.js fetches: the same numbers without the page around them.

@@ -310,15 +310,15 @@ def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
         "rates": charts.line_chart(
             title=f"{title}: registrations and tickets per minute",
             series=[
-                ("registrations", activity.registrations, "series-a"),
-                ("tickets", activity.tickets, "series-b"),
+                ("registrations", activity.registrations, "series-a", "bars"),
+                ("tickets", activity.tickets, "series-b", "line"),
             ],
             summary=rate_summary,
             **common,
         ),
         "latency": charts.line_chart(
             title=f"{title}: registration → ticket latency",
-            series=[("p50", activity.p50, "series-a"), ("p99", activity.p99, "series-c")],
+            series=[("p50", activity.p50, "series-a", "line"), ("p99", activity.p99, "series-c", "line")],
             unit="s",
             summary=latency_summary,
             **common,

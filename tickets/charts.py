@@ -23,22 +23,23 @@ def nice_ceiling(value: float) -> float:
 
 def label(value: float, unit: str) -> str:
     if unit == "s":
-        return f"{value * 1000:.0f} ms" if value < 1 else f"{value:g} s"
+        return f"{value * 1000:.0f} ms" if value < 1 else f"{round(value, 1):g} s"
     return f"{value:g}"
 
 
 def line_chart(
     *,
     title: str,
-    series: list[tuple[str, list[float | None], str]],
+    series: list[tuple[str, list[float | None], str, str]],
     start: datetime,
     bucket_seconds: int,
     unit: str = "",
     summary: str = "",
 ) -> SafeString:
-    """series: (legend, one value per bucket or None for no data, css class)."""
-    count = max(len(values) for _, values, _ in series)
-    top = nice_ceiling(max((v for _, values, _ in series for v in values if v is not None), default=0))
+    """series: (legend, one value per bucket or None for no data, css class,
+    "bars" or "line"); bars are drawn first, so lines stay visible over them."""
+    count = max(len(values) for _, values, _, _ in series)
+    top = nice_ceiling(max((v for _, values, _, _ in series for v in values if v is not None), default=0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(index: int) -> float:
@@ -59,7 +60,16 @@ def line_chart(
         at = start + timedelta(seconds=bucket_seconds * index)
         parts.append(f'<text class="axis" x="{x(index):.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">{at:%H:%M}</text>')
     legend_x = LEFT
-    for legend, values, css in series:
+    bar_w = max(1.0, plot_w / count * 0.8)
+    for legend, values, css, kind in sorted(series, key=lambda one: one[3] != "bars"):
+        if kind == "bars":
+            for index, value in enumerate(values):
+                if value:
+                    parts.append(
+                        f'<rect class="{css} bar" x="{x(index) - bar_w / 2:.1f}" y="{y(value):.1f}" '
+                        f'width="{bar_w:.1f}" height="{y(0) - y(value):.1f}"/>'
+                    )
+            values = []
         for run in runs(values):
             if len(run) == 1:
                 index, value = run[0]

@@ -684,6 +684,7 @@ def worker_reports(*, within: timedelta = timedelta(days=1), limit: int = 50) ->
     rows = list(WorkerReport.objects.filter(last_seen__gte=now - within).order_by("-last_seen")[:limit])
     for row in rows:
         row.state_now = row.state(now, gone_after=settings.NIGHTJAR_WORKER_GONE_SECONDS)
+        row.seen_seconds_ago = max(0, round((now - row.last_seen).total_seconds()))
     order = {"running": 0, "gone": 1, "stopped": 2}
     return sorted(rows, key=lambda row: order[row.state_now])
 
