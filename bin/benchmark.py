@@ -15,6 +15,8 @@ figures as JSON (default benchmark.json):
   memory     the worker's resident memory after 1,000 and 100,000 deliveries
   backlog    reconcile republishing 10,000 registrations left by an outage
   redis      the same raw ceilings, workers and web path on Redis Streams (a redis-server of its own)
+  postgres   the raw ceilings, workers (1, 2, 4 processes) and web path on PostgreSQL (a cluster of its own)
+  desk       what the operations desk costs the worker: its reports on and off, metrics per delivery
 
 Each figure is the median of 3 runs (min and max shown). Throughput is
 deliveries / (last commit - first commit), the same clock for every contender.
@@ -23,6 +25,7 @@ pika is used directly here only for the raw ceiling and for bulk pre-publishing.
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -81,6 +84,7 @@ from tickets.models import (  # noqa: E402
     Completion,
     DeliveryFailure,
     ParkedDelivery,
+    Redelivery,
     Registration,
     RejectedMessage,
     StaffAction,
@@ -109,7 +113,7 @@ def record(key: str, label: str, values: list[float], unit: str, **extra) -> dic
 
 
 def reset_database() -> None:
-    for model in (ParkedDelivery, DeliveryFailure, StaffAction):
+    for model in (ParkedDelivery, DeliveryFailure, StaffAction, Redelivery):
         model.objects.all().delete()
     Ticket.objects.all().delete()
     Completion.objects.all().delete()
@@ -182,17 +186,17 @@ def wait_for_tickets(n: int, procs: list[subprocess.Popen], timeout: float = 300
         time.sleep(0.05)
 
 
-def worker_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+def worker_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def start_workers(count: int, *args: str) -> list[subprocess.Popen]:
+def start_workers(count: int, *args: str, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
     """Workers in service mode; their output goes to a file, as under a service manager."""
     command = [PYTHON, str(ROOT / "manage.py"), "worker", "--serve", *args]
     procs = []
     for _ in range(count):
         with open(FOLDER / f"worker-{uuid.uuid4().hex[:6]}.log", "w") as log:
-            procs.append(subprocess.Popen(command, env=worker_env(), stdout=log, stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen(command, env=env or worker_env(), stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 
@@ -332,9 +336,9 @@ def bench_raw(n: int) -> None:
 # --- 2 and 3. Nightjar's worker --------------------------------------------
 
 
-def nightjar_rate(n: int, processes: int, *args: str) -> float:
+def nightjar_rate(n: int, processes: int, *args: str, env: dict[str, str] | None = None) -> float:
     prepare(n)
-    procs = start_workers(processes, *args)
+    procs = start_workers(processes, *args, env=env)
     try:
         wait_for_tickets(n, procs)
     finally:
@@ -366,6 +370,75 @@ def bench_batch(n: int, processes_list: tuple[int, ...]) -> None:
         values = [nightjar_rate(n, processes, "--batch", "50", "--prefetch", "100") for _ in range(RUNS)]
         figure = record(f"batch_{processes}proc", f"batch worker, {processes} process(es)", values, "deliveries/s")
         compare(figure, "raw_batch50", "raw_lean_batch50")
+
+
+def bench_desk(n: int) -> None:
+    """The desk's cost to the worker. Reports: the same worker with
+    NIGHTJAR_WORKER_REPORT_SECONDS=0 and with the default 5 s (plus every
+    0.5 s, ten times as often), runs interleaved so drift hits all alike;
+    metrics: the worker serving --metrics-port, scraped every second. The
+    metric calls themselves are timed in-process, per delivery."""
+    import threading
+    import urllib.request
+
+    from django.utils import timezone
+
+    from tickets import metrics
+    from tickets.models import as_datetime
+
+    say(f"The desk's cost (per-delivery worker, --prefetch 50, {n} deliveries)")
+    port = free_port()
+    stop_scraping = threading.Event()
+
+    def scrape() -> None:
+        while not stop_scraping.wait(1.0):
+            with contextlib.suppress(OSError):  # between runs nobody listens
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    variants = {
+        "desk_reports_off": ("worker, reports off", worker_env(NIGHTJAR_WORKER_REPORT_SECONDS="0"), ()),
+        "desk_reports_5s": ("worker, reports every 5 s (default)", worker_env(), ()),
+        "desk_reports_05s": ("worker, reports every 0.5 s", worker_env(NIGHTJAR_WORKER_REPORT_SECONDS="0.5"), ()),
+        "desk_metrics": (
+            "worker, reports every 5 s, --metrics-port scraped every 1 s",
+            worker_env(),
+            ("--metrics-port", str(port)),
+        ),
+    }
+    values: dict[str, list[float]] = {key: [] for key in variants}
+    try:
+        for _ in range(RUNS):
+            for key, (_, env, args) in variants.items():
+                values[key].append(nightjar_rate(n, 1, "--prefetch", "50", *args, env=env))
+    finally:
+        stop_scraping.set()
+    for key, (label, _, _) in variants.items():
+        figure = record(key, label, values[key], "deliveries/s")
+        if key != "desk_reports_off":
+            compare(figure, "desk_reports_off")
+    # The calls Worker.measure makes for one delivery, timed on their own.
+    created = "2026-11-30 02:00:00.123456"
+    calls = 100_000
+    started = time.perf_counter()
+    for _ in range(calls):
+        begun = time.perf_counter()
+        now = timezone.now()
+        metrics.HANDLER_SECONDS.observe(time.perf_counter() - begun)
+        metrics.DELIVERIES.labels("handled").inc(1)
+        metrics.LATENCY.observe(max(0.0, (now - as_datetime(created)).total_seconds()))
+    micros = (time.perf_counter() - started) / calls * 1e6
+    per_delivery = 1e6 / RESULTS["desk_reports_off"]["median"]
+    RESULTS["desk_metric_calls"] = {
+        "label": "metric calls per delivery",
+        "unit": "µs",
+        "median": micros,
+        "share_of_a_delivery": micros / per_delivery,
+    }
+    say(
+        f"  metric calls per delivery: {micros:.1f} µs = {micros / per_delivery:.1%} of a delivery ({per_delivery:.0f} µs)"
+    )
 
 
 # --- 4. End-to-end latency ---------------------------------------------------
@@ -690,7 +763,7 @@ def bench_postgres(quick: bool) -> None:
 def main() -> int:
     global RUNS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis", "postgres"]
+    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis", "postgres", "desk"]
     parser.add_argument("--only", nargs="+", choices=sections, default=sections)
     parser.add_argument("--quick", action="store_true", help="Smaller N and 1 run each (a smoke test, not figures).")
     parser.add_argument("--json", default="benchmark.json", help="Where to write the figures (default benchmark.json).")
@@ -730,6 +803,8 @@ def main() -> int:
             bench_redis(n, web_rates, web_seconds)
         if "postgres" in args.only:
             bench_postgres(args.quick)
+        if "desk" in args.only:
+            bench_desk(n)
     finally:
         transport.delete_queues()
         if OWN_NODE:

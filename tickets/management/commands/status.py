@@ -32,3 +32,11 @@ class Command(BaseCommand):
                 self.stdout.write(f"Stream: {q['length']} entries; pending per consumer: {held}")
             if replicas := services.describe_replicas(q):
                 self.stdout.write(f"Replicas: {replicas}")
+        workers = services.worker_reports()
+        if workers:
+            self.stdout.write("Workers (last day):")
+            for worker in workers:
+                self.stdout.write(
+                    f"  {worker.name}  {worker.state_now:<8} {worker.mode}  handled={worker.handled} "
+                    f"failed={worker.failed}  last seen {worker.seen_seconds_ago} s ago"
+                )
