@@ -369,6 +369,8 @@ def test_a_partitioned_leader_and_a_cut_off_worker_lose_nothing_and_duplicate_no
         wait_until(lambda: len(transport.queue_counts().get("online", [])) == 3, 90, "the node did not rejoin")
         print(f"all three members online again {time.monotonic() - started:.1f} s after the cut")
 
+        # A worker whose node was the one cut off is reconnecting (backoff up to 30 s): wait for it.
+        wait_until(lambda: partitioned.nodes_of([cut_off.proc.pid]), 60, "the cut-off worker has no connection")
         node = partitioned.node_of([cut_off.proc.pid])
         network.cut("w", only_from=str(node))
         print(f"cut the worker's machine off from node {node}, which it consumed from")
