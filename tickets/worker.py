@@ -172,8 +172,8 @@ class Worker:
         except contract.ContractError as error:
             self.reject(delivery, str(error))
             return
-        self.note_redeliveries([delivery], {delivery.tag: message})
         self.say(f"Received {message.code} redelivered={delivery.redelivered}")
+        self.note_redeliveries([delivery], {delivery.tag: message})
         self.current, self.current_acked = delivery, False
         self.on = message.code
         self.handler(message, lambda: self.ack_current(delivery), self.pause)
