@@ -523,10 +523,13 @@ def start_gunicorn(port: int, broker_url: str) -> subprocess.Popen:
     }
     command = [PYTHON, "-m", "gunicorn", "nightjar.wsgi", "-c", str(ROOT / "gunicorn.conf.py")]
     command += ["--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null"]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = FOLDER / f"gunicorn-{port}.log"
+    with open(log, "w") as output:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=output)
     deadline = time.monotonic() + 30
     while subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}/"]).returncode:
-        assert time.monotonic() < deadline and proc.poll() is None, "gunicorn did not start"
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"gunicorn did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.2)
     return proc
 
@@ -781,6 +784,8 @@ def main() -> int:
     )
     say(f"Nightjar benchmark: {os.cpu_count()} cores, {where}, RabbitMQ {transport.masked_url()}")
     call_command("migrate", verbosity=0)
+    # The web rows serve pages with hashed static names: a fresh clone has none yet.
+    call_command("collectstatic", interactive=False, verbosity=0)
     create_lean_tables()
     try:
         if "raw" in args.only:

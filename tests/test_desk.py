@@ -148,6 +148,7 @@ def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff,
     assert re.search(rf'<tr class="worker-gone"><td>[^<]*:{killed.proc.pid}</td><td>gone</td>', page)
     assert re.search(rf'<tr class="worker-stopped"><td>[^<]*:{stopped.proc.pid}</td><td>stopped</td>', page)
     assert "<td>6</td>" in page  # what the killed one had handled stays on the desk
+    assert "In the last day: 0 running, 1 gone, 1 stopped." in page
 
 
 def test_a_registration_page_tells_its_whole_history(staff, workers):

@@ -239,6 +239,7 @@ class RegistrationAdmin(admin.ModelAdmin):
             "stream_maxlen": f"{settings.NIGHTJAR_STREAM_MAXLEN:,}",
             "replicas": services.describe_replicas(status.queue),
             "workers": services.worker_reports(),
+            "worker_counts": services.worker_counts(),
             "gone_after": settings.NIGHTJAR_WORKER_GONE_SECONDS,
             "charts": [desk_charts(title, window, bucket) for title, window, bucket in WINDOWS],
             "registrations_url": reverse("admin:tickets_registration_changelist"),

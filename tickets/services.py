@@ -678,6 +678,19 @@ def report_worker(*, name: str, fields: dict, stopped: bool = False) -> None:
         logger.warning("Could not write the report of worker %s", name, exc_info=True)
 
 
+def worker_counts(*, within: timedelta = timedelta(days=1)) -> dict[str, int]:
+    """How many workers seen lately are running, gone or stopped."""
+    now = timezone.now()
+    recent = WorkerReport.objects.filter(last_seen__gte=now - within)
+    fresh = now - timedelta(seconds=settings.NIGHTJAR_WORKER_GONE_SECONDS)
+    counts = {
+        "stopped": recent.filter(stopped__isnull=False).count(),
+        "running": recent.filter(stopped__isnull=True, last_seen__gte=fresh).count(),
+        "gone": recent.filter(stopped__isnull=True, last_seen__lt=fresh).count(),
+    }
+    return {**counts, "total": sum(counts.values())}
+
+
 def worker_reports(*, within: timedelta = timedelta(days=1), limit: int = 50) -> list[WorkerReport]:
     """Workers seen lately, running ones first; each with .state_now."""
     now = timezone.now()
