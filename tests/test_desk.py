@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, Guest, free_port
 from tickets import services
-from tickets.models import Completion, Redelivery, Registration, StaffAction, Ticket, WorkerReport
+from tickets.models import Completion, Redelivery, Registration, StaffAction, Ticket, WorkerReport, as_datetime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -252,3 +252,21 @@ def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
     errors = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert any("Booting worker" in entry["message"] for entry in errors)
     assert not [line for line in err.splitlines() if line.strip() and not line.startswith("{")]
+
+
+def test_the_workers_plain_statements_store_times_and_rows_as_the_orm_would():
+    """The hot path writes through the DB-API cursor (models.execute): what
+    it stores must read back through the ORM exactly as an ORM write would."""
+    registration = Registration.objects.create(name="Plain Writer")
+    before = timezone.now()
+    assert Completion.objects.insert_new([registration.pk]) == {registration.pk}
+    assert Completion.objects.insert_new([registration.pk]) == set()  # the key is there: nothing new
+    Ticket.objects.issue(registration_id=registration.pk, name=registration.name)
+    after = timezone.now()
+    completion, ticket = Completion.objects.get(), Ticket.objects.get()
+    for stored in (completion.completed, ticket.issued):
+        assert stored.utcoffset() == timedelta(0) and before <= stored <= after
+    assert len(ticket.secret) >= 43 and ticket.name == "Plain Writer"
+    name, created = Registration.objects.stored([registration.pk])[registration.pk]
+    assert name == "Plain Writer" and as_datetime(created) == registration.created
+    assert services.activity(window=timedelta(hours=1), bucket_seconds=60).totals == (1, 1)

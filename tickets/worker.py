@@ -193,13 +193,14 @@ class Worker:
 
     def measure(self, started: float, *, handled: int, rejected: int = 0, made: list) -> None:
         """Metrics for a delivery or batch that was committed and acked."""
-        now = timezone.now()
         metrics.HANDLER_SECONDS.observe(time.perf_counter() - started)
-        metrics.DELIVERIES.labels("handled").inc(handled)
+        metrics.HANDLED.inc(handled)
         if rejected:
-            metrics.DELIVERIES.labels("rejected").inc(rejected)
-        for created in made:
-            metrics.LATENCY.observe(max(0.0, (now - as_datetime(created)).total_seconds()))
+            metrics.REJECTED.inc(rejected)
+        if made:
+            now = timezone.now()
+            for created in made:
+                metrics.LATENCY.observe(max(0.0, (now - as_datetime(created)).total_seconds()))
 
     def note_redeliveries(self, deliveries: list[transport.Delivery], decoded: dict) -> None:
         """Staff see in a registration's history when it came again: one row
@@ -244,7 +245,7 @@ class Worker:
             record = services.record_rejection(delivery=delivery, reason=reason)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
-        metrics.DELIVERIES.labels("rejected").inc()
+        metrics.REJECTED.inc()
         already = "" if record is not None else " (already recorded)"
         self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}{already}")
 
@@ -314,7 +315,7 @@ class Worker:
             for delivery, _ in failed:
                 self.consumer.requeue(delivery.tag)
                 self.handed_back += 1
-                metrics.DELIVERIES.labels("handed_back").inc()
+                metrics.HANDED_BACK.inc()
 
     def try_process(
         self, work: transport.Delivery | list[transport.Delivery]
@@ -338,7 +339,7 @@ class Worker:
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
             self.connections_suspect = True
-            metrics.DELIVERIES.labels("failed").inc()
+            metrics.FAILED.inc()
             services.record_failure(delivery=delivery, error=error, worker=self.name)
             return [(delivery, error)]
 
