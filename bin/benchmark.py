@@ -17,6 +17,9 @@ figures as JSON (default benchmark.json):
   redis      the same raw ceilings, workers and web path on Redis Streams (a redis-server of its own)
   postgres   the raw ceilings, workers (1, 2, 4 processes) and web path on PostgreSQL (a cluster of its own)
   desk       what the operations desk costs the worker: its reports on and off, metrics per delivery
+  pairs      the targets' ratios measured pairwise: each run measures the raw ceilings and then the
+             worker right after them (per delivery and batch; on Redis Streams too), so the machine's
+             drift between minutes hits both alike; reported as the median of the per-run ratios
 
 Each figure is the median of 3 runs (min and max shown). Throughput is
 deliveries / (last commit - first commit), the same clock for every contender.
@@ -643,14 +646,14 @@ def bench_backlog(n: int) -> None:
     say(f"  (one pass of 100 every 30 s, as before: {n / 100 * 30 / 60:,.0f} min)")
 
 
-def raw_redis_consumer(n: int, batch: int, *, ack_with_read: bool = False) -> float:
+def raw_redis_consumer(n: int, batch: int, *, ack_with_read: bool = False, lean: bool = False) -> float:
     """Plain redis-py + sqlite3: XREADGROUP COUNT 50, a transaction per entry
     (or per 50), XACK after the commit; with ack_with_read, the XACK of what
     was committed goes out in one pipeline with the next read (as the worker
     does in service mode) instead of one round trip per transaction."""
     import redis
 
-    db, commit = raw_database()
+    db, commit = raw_database(lean=lean)
     client = redis.Redis.from_url(settings.NIGHTJAR_BROKER_URL)
     stream = transport.queue_name()
     done, first, last, unsent = 0, 0.0, 0.0, []
@@ -725,7 +728,108 @@ def bench_redis(n: int, web_rates: list[int], web_seconds: float) -> None:
         subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
 
 
-def bench_postgres(quick: bool) -> None:
+def measured(n: int, contender) -> float:
+    prepare(n)
+    return contender()
+
+
+def bench_pairs(n: int) -> None:
+    """Per run: each raw ceiling, then Nightjar's worker in the same mode,
+    one right after the other; the ratio is taken within each run and the
+    median of those is reported (with the per-run ratios)."""
+    rows = [
+        # (mode, raws: [(key, label, callable)], worker: (label, args))
+        (
+            "per delivery",
+            [
+                ("raw", "raw, per delivery", lambda: raw_consumer(n, 1, 50)),
+                ("lean", "raw lean, per delivery", lambda: raw_consumer(n, 1, 50, lean=True)),
+            ],
+            ("worker, 1 process", ("--prefetch", "50")),
+        ),
+        (
+            "batch",
+            [
+                ("raw", "raw, batches of 50", lambda: raw_consumer(n, 50, 100)),
+                ("lean", "raw lean, batches of 50", lambda: raw_consumer(n, 50, 100, lean=True)),
+            ],
+            ("batch worker, 1 process", ("--batch", "50", "--prefetch", "100")),
+        ),
+    ]
+    run_pairs("pairs", rows, n)
+
+
+def run_pairs(prefix: str, rows, n: int) -> None:
+    for mode, raws, (worker_label, args) in rows:
+        say(f"Pairs, {mode} ({n} deliveries, {RUNS} runs; raw ceilings then the worker, in each run)")
+        values: dict[str, list[float]] = {key: [] for key, _, _ in raws}
+        values["worker"] = []
+        for _ in range(RUNS):
+            for key, _, contender in raws:
+                values[key].append(measured(n, contender))
+            values["worker"].append(nightjar_rate(n, 1, *args))
+        slug = mode.replace(" ", "_")
+        for key, label, _ in raws:
+            record(f"{prefix}_{slug}_{key}", label, values[key], "deliveries/s")
+        figure = record(f"{prefix}_{slug}_worker", worker_label, values["worker"], "deliveries/s")
+        for key, label, _ in raws:
+            ratios = [worker / raw for worker, raw in zip(values["worker"], values[key], strict=True)]
+            figure[f"ratio_to_{key}"] = statistics.median(ratios)
+            figure[f"ratios_to_{key}"] = ratios
+            runs = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            say(f"    = {statistics.median(ratios):.0%} of {label} (median of the runs' ratios: {runs})")
+
+
+def bench_redis_pairs(n: int) -> None:
+    """The same pairs on Redis Streams (a redis-server of its own)."""
+    folder, port = FOLDER / "redis-pairs", free_port()
+    url = subprocess.run(
+        [str(ROOT / "bin" / "redis-node"), "start", str(folder), str(port)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    saved = settings.NIGHTJAR_BROKER_URL, os.environ.get("NIGHTJAR_BROKER_URL")
+    settings.NIGHTJAR_BROKER_URL = os.environ["NIGHTJAR_BROKER_URL"] = url
+    try:
+        rows = [
+            (
+                "per entry",
+                [
+                    ("raw", "redis raw, per entry, XACK per entry", lambda: raw_redis_consumer(n, 1)),
+                    (
+                        "raw_acks_with_read",
+                        "redis raw, per entry, XACKs sent with the next read",
+                        lambda: raw_redis_consumer(n, 1, ack_with_read=True),
+                    ),
+                ],
+                ("redis worker, 1 process", ("--prefetch", "50")),
+            ),
+            (
+                "batch",
+                [
+                    (
+                        "raw",
+                        "redis raw, batches of 50, XACK sent with the next read",
+                        lambda: raw_redis_consumer(n, 50, ack_with_read=True),
+                    ),
+                    (
+                        "lean",
+                        "redis raw lean, batches of 50, XACK sent with the next read",
+                        lambda: raw_redis_consumer(n, 50, ack_with_read=True, lean=True),
+                    ),
+                ],
+                ("redis batch worker, 1 process", ("--batch", "50", "--prefetch", "50")),
+            ),
+        ]
+        run_pairs("redis_pairs", rows, n)
+    finally:
+        settings.NIGHTJAR_BROKER_URL = saved[0]
+        if saved[1] is None:
+            os.environ.pop("NIGHTJAR_BROKER_URL", None)
+        else:
+            os.environ["NIGHTJAR_BROKER_URL"] = saved[1]
+        subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
+
+
+def bench_postgres(quick: bool, *, pairs: bool = False) -> None:
     """The raw ceilings, the workers (1, 2 and 4 processes) and the web path on
     PostgreSQL, in the same run: this script again, on a cluster of its own."""
     folder = Path(tempfile.mkdtemp(prefix="nightjar-bench-pg-"))  # PostgreSQL runs as postgres: not under FOLDER
@@ -745,6 +849,7 @@ def bench_postgres(quick: bool) -> None:
         "worker",
         "batch",
         "web",
+        *(["pairs"] if pairs else []),
         "--json",
         str(child_json),
     ]
@@ -766,7 +871,7 @@ def bench_postgres(quick: bool) -> None:
 def main() -> int:
     global RUNS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis", "postgres", "desk"]
+    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis", "postgres", "desk", "pairs"]
     parser.add_argument("--only", nargs="+", choices=sections, default=sections)
     parser.add_argument("--quick", action="store_true", help="Smaller N and 1 run each (a smoke test, not figures).")
     parser.add_argument("--json", default="benchmark.json", help="Where to write the figures (default benchmark.json).")
@@ -807,9 +912,13 @@ def main() -> int:
         if "redis" in args.only:
             bench_redis(n, web_rates, web_seconds)
         if "postgres" in args.only:
-            bench_postgres(args.quick)
+            bench_postgres(args.quick, pairs="pairs" in args.only)
         if "desk" in args.only:
             bench_desk(n)
+        if "pairs" in args.only:
+            bench_pairs(n)
+            if connection.vendor == "sqlite":  # Redis pairs once, with SQLite, as the redis rows
+                bench_redis_pairs(n)
     finally:
         transport.delete_queues()
         if OWN_NODE:
