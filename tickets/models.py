@@ -23,12 +23,21 @@ def execute(sql: str, params: list) -> list[tuple]:
     if db.vendor == "sqlite":
         sql = sql.replace("%s", "?")
     with db.wrap_database_errors:
-        cursor = db.connection.cursor()
+        cursor = server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
         try:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
         finally:
             cursor.close()
+
+
+def server_side_cursor(raw):
+    """psycopg's own cursor: parameters travel apart from the SQL and are
+    adapted in C. Django's cursor binds on the client, formatting each value
+    into the text in Python — ~2 ms for a batch's 200 values (bin/benchmark.py)."""
+    import psycopg
+
+    return psycopg.Cursor(raw)
 
 
 def stored_now():
@@ -51,8 +60,14 @@ class RegistrationManager(models.Manager):
         ids = sorted(set(registration_ids))
         if not ids:
             return {}
-        marks = ", ".join(["%s"] * len(ids))
-        rows = execute(f"SELECT id, name, created FROM {self.model._meta.db_table} WHERE id IN ({marks})", ids)
+        table = self.model._meta.db_table
+        if connections[DEFAULT_DB_ALIAS].vendor == "postgresql":
+            # One array parameter: PostgreSQL plans an IN list of 50 parameters
+            # in ~3 ms, `= ANY(array)` in under 1 (bin/benchmark.py, batch rows).
+            rows = execute(f"SELECT id, name, created FROM {table} WHERE id = ANY(%s)", [ids])
+        else:
+            marks = ", ".join(["%s"] * len(ids))
+            rows = execute(f"SELECT id, name, created FROM {table} WHERE id IN ({marks})", ids)
         return {pk: (name, created) for pk, name, created in rows}
 
 
