@@ -829,7 +829,7 @@ def bench_redis_pairs(n: int) -> None:
         subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
 
 
-def bench_postgres(quick: bool, *, pairs: bool = False) -> None:
+def bench_postgres(quick: bool, sections: list[str]) -> None:
     """The raw ceilings, the workers (1, 2 and 4 processes) and the web path on
     PostgreSQL, in the same run: this script again, on a cluster of its own."""
     folder = Path(tempfile.mkdtemp(prefix="nightjar-bench-pg-"))  # PostgreSQL runs as postgres: not under FOLDER
@@ -845,11 +845,11 @@ def bench_postgres(quick: bool, *, pairs: bool = False) -> None:
         PYTHON,
         str(Path(__file__).resolve()),
         "--only",
-        "raw",
-        "worker",
-        "batch",
-        "web",
-        *(["pairs"] if pairs else []),
+        # The sections also asked for that it has (`--only postgres pairs`: pairs alone), else these four.
+        *(
+            [name for name in sections if name in ("raw", "worker", "batch", "web", "pairs")]
+            or ["raw", "worker", "batch", "web"]
+        ),
         "--json",
         str(child_json),
     ]
@@ -912,7 +912,7 @@ def main() -> int:
         if "redis" in args.only:
             bench_redis(n, web_rates, web_seconds)
         if "postgres" in args.only:
-            bench_postgres(args.quick, pairs="pairs" in args.only)
+            bench_postgres(args.quick, args.only)
         if "desk" in args.only:
             bench_desk(n)
         if "pairs" in args.only:
