@@ -532,6 +532,8 @@ def start_gunicorn(port: int, broker_url: str) -> subprocess.Popen:
     deadline = time.monotonic() + 30
     while subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}/"]).returncode:
         if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            proc.wait()
             raise RuntimeError(f"gunicorn did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.2)
     return proc
