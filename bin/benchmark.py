@@ -688,15 +688,29 @@ def raw_redis_consumer(n: int, batch: int, *, ack_with_read: bool = False, lean:
     return (n - 1) / (last - first)
 
 
-def bench_redis(n: int, web_rates: list[int], web_seconds: float) -> None:
-    """Raw ceilings and Nightjar's worker on Redis Streams, in the same run as RabbitMQ's."""
-    folder, port = FOLDER / "redis", free_port()
+@contextlib.contextmanager
+def redis_server(name: str):
+    """A redis-server of its own (bin/redis-node) as the broker while inside."""
+    folder, port = FOLDER / name, free_port()
     url = subprocess.run(
         [str(ROOT / "bin" / "redis-node"), "start", str(folder), str(port)], capture_output=True, text=True, check=True
     ).stdout.strip()
     saved = settings.NIGHTJAR_BROKER_URL, os.environ.get("NIGHTJAR_BROKER_URL")
     settings.NIGHTJAR_BROKER_URL = os.environ["NIGHTJAR_BROKER_URL"] = url
     try:
+        yield
+    finally:
+        settings.NIGHTJAR_BROKER_URL = saved[0]
+        if saved[1] is None:
+            os.environ.pop("NIGHTJAR_BROKER_URL", None)
+        else:
+            os.environ["NIGHTJAR_BROKER_URL"] = saved[1]
+        subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
+
+
+def bench_redis(n: int, web_rates: list[int], web_seconds: float) -> None:
+    """Raw ceilings and Nightjar's worker on Redis Streams, in the same run as RabbitMQ's."""
+    with redis_server("redis"):
         say(f"Redis Streams raw ceiling (redis-py + sqlite3, XREADGROUP COUNT 50, {n} entries)")
         for batch, ack_with_read, key, label in (
             (1, False, "redis_raw_per_entry", "per entry, XACK per entry"),
@@ -721,13 +735,6 @@ def bench_redis(n: int, web_rates: list[int], web_seconds: float) -> None:
                 figure[f"ratio_to_{raw}"] = statistics.median(values) / RESULTS[raw]["median"]
                 say(f"    = {figure[f'ratio_to_{raw}']:.0%} of {RESULTS[raw]['label']}")
         bench_web(web_rates, web_seconds, key="redis_web")
-    finally:
-        settings.NIGHTJAR_BROKER_URL = saved[0]
-        if saved[1] is None:
-            os.environ.pop("NIGHTJAR_BROKER_URL", None)
-        else:
-            os.environ["NIGHTJAR_BROKER_URL"] = saved[1]
-        subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
 
 
 def measured(n: int, contender) -> float:
@@ -784,13 +791,7 @@ def run_pairs(prefix: str, rows, n: int) -> None:
 
 def bench_redis_pairs(n: int) -> None:
     """The same pairs on Redis Streams (a redis-server of its own)."""
-    folder, port = FOLDER / "redis-pairs", free_port()
-    url = subprocess.run(
-        [str(ROOT / "bin" / "redis-node"), "start", str(folder), str(port)], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    saved = settings.NIGHTJAR_BROKER_URL, os.environ.get("NIGHTJAR_BROKER_URL")
-    settings.NIGHTJAR_BROKER_URL = os.environ["NIGHTJAR_BROKER_URL"] = url
-    try:
+    with redis_server("redis-pairs"):
         rows = [
             (
                 "per entry",
@@ -822,13 +823,6 @@ def bench_redis_pairs(n: int) -> None:
             ),
         ]
         run_pairs("redis_pairs", rows, n)
-    finally:
-        settings.NIGHTJAR_BROKER_URL = saved[0]
-        if saved[1] is None:
-            os.environ.pop("NIGHTJAR_BROKER_URL", None)
-        else:
-            os.environ["NIGHTJAR_BROKER_URL"] = saved[1]
-        subprocess.run([str(ROOT / "bin" / "redis-node"), "stop", str(folder)], capture_output=True)
 
 
 def bench_postgres(quick: bool, sections: list[str]) -> None:

@@ -340,6 +340,16 @@ class Guest:
 
 
 @pytest.fixture
+def staff(client):
+    """The test client, signed in as a superuser of the admin."""
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
 def workers(worker_env):
     pool = Workers(worker_env)
     yield pool

@@ -14,13 +14,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CHANGELIST = "/admin/tickets/registration/"
 
 
-@pytest.fixture
-def staff(client):
-    user = User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
-    client.force_login(user)
-    return client
-
-
 def with_tickets(name: str, count: int) -> Registration:
     registration = Registration.objects.create(name=name)
     if count:

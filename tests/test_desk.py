@@ -26,13 +26,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DESK = "/admin/tickets/registration/delivery-status/"
 
 
-@pytest.fixture
-def staff(client):
-    user = User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
-    client.force_login(user)
-    return client
-
-
 def made(name: str, *, ago: float, waited: float | None) -> Registration:
     """A registration stored `ago` seconds back, with its ticket `waited` seconds later (or none)."""
     created = timezone.now() - timedelta(seconds=ago)
