@@ -153,14 +153,21 @@ class RegistrationAdmin(admin.ModelAdmin):
         state = services.describe_state(tickets=obj.ticket_count, completed=obj.completed, parked=obj.parked)
         return f"{state}, {obj.rejected_count} rejected deliveries" if obj.rejected_count else state
 
+    @staticmethod
+    def history_of(obj):
+        """(events, summary), read once per page for both fields below."""
+        if not hasattr(obj, "_history"):
+            obj._history = services.registration_history(obj)
+        return obj._history
+
     @admin.display(description="deliveries")
     def deliveries(self, obj):
-        return services.registration_history(obj)[1]
+        return self.history_of(obj)[1]
 
     @admin.display(description="history")
     def history(self, obj):
         """Every attempt, redelivery, republish, parking and staff action, oldest first."""
-        events, _ = services.registration_history(obj)
+        events, _ = self.history_of(obj)
         rows = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
