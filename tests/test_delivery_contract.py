@@ -179,3 +179,57 @@ def test_two_forms_with_the_same_name_are_two_registrations(client):
     submit(client, "Same name", "key-a")
     submit(client, "Same name", "key-b")
     assert Registration.objects.filter(name="Same name").count() == 2
+
+
+def test_a_worker_reads_the_registrations_of_waiting_deliveries_at_once_and_still_checks_each(monkeypatch):
+    """Per-delivery mode reads the stored rows of the deliveries already in
+    its buffer in one query (a query per delivery is a PostgreSQL round trip),
+    yet every delivery is still checked against its own row: an unknown ID,
+    another name, a repeat of the same registration, a row changed after it
+    was read and a body that only looks like a message are each handled as
+    if read alone."""
+    from tickets import contract
+    from tickets.handler import handle
+    from tickets.worker import Worker
+
+    guests = [Registration.objects.create(name=f"Ahead Guest {i}") for i in range(30)]
+    renamed = guests[20]
+    bodies = [contract.encode(registration_id=guest.pk, name=guest.name) for guest in guests]
+    strangers = [
+        b'{"id":"R-99999999","name":"Nobody","v":1}',  # no such registration
+        contract.encode(registration_id=guests[3].pk, name="Someone Else"),  # another name
+        bodies[5],  # a repeat: its row was already used once
+        b'{"id":"' + guests[7].code.encode() + b'","name":"Ahead Guest 7","v":1,"x":1}',  # the pattern, not a message
+    ]
+    transport.publish_raw(bodies[:20] + strangers + bodies[20:])
+    queries = []
+    real_stored = Registration.objects.stored
+    monkeypatch.setattr(Registration.objects, "stored", lambda ids: queries.append(set(ids)) or real_stored(ids))
+
+    worker = Worker(handler=handle, prefetch=50, stdout=StringIO())
+    worker.connect()
+    try:
+        for delivery in worker.consumer.consume(idle_seconds=1.0):
+            if delivery is None:
+                break
+            if contract.hinted_ids([delivery.body]) == {renamed.pk}:
+                # Changed after it was read ahead, and the read grown old: read again.
+                Registration.objects.filter(pk=renamed.pk).update(name="Renamed Guest")
+                worker.ahead_read -= 2
+            worker.process(delivery)
+        worker.consumer.flush_acks()
+    finally:
+        worker.close()
+
+    reasons = sorted(RejectedMessage.objects.values_list("reason", flat=True))
+    assert len(reasons) == 4 and worker.handled == 29 + 1  # 29 guests, and the repeat found its key
+    assert any("There is no registration R-99999999" in reason for reason in reasons)
+    # The stranger with another name, and the renamed guest:
+    assert sum("does not match the stored registration" in reason for reason in reasons) == 2
+    assert any("The keys must be exactly" in reason for reason in reasons)
+    assert Ticket.objects.count() == 29 and not renamed.tickets.exists()
+    assert all(guest.tickets.count() == 1 for guest in guests if guest != renamed)
+    # Far fewer reads than deliveries (34): the buffer's rows came with the first.
+    assert len(queries) <= 6, queries
+    assert any(len(ids) > 10 for ids in queries)
+    assert transport.queue_counts()["ready"] == 0

@@ -29,11 +29,13 @@ def format_code(registration_id: int) -> str:
 
 
 def parse_code(code: str) -> int:
-    match = CODE_PATTERN.fullmatch(code.strip()) if isinstance(code, str) else None
-    # Only the canonical spelling: R-0002 and R-00002 must not both name one registration.
-    if match is None or int(match.group(1)) == 0 or format_code(int(match.group(1))) != code.strip():
-        raise ContractError(f"{code!r} is not a registration ID like R-0002.")
-    return int(match.group(1))
+    if isinstance(code, str):
+        code_ = code.strip()
+        match = CODE_PATTERN.fullmatch(code_)
+        # Only the canonical spelling: R-0002 and R-00002 must not both name one registration.
+        if match is not None and (number := int(match.group(1))) and format_code(number) == code_:
+            return number
+    raise ContractError(f"{code!r} is not a registration ID like R-0002.")
 
 
 # Bidi controls reorder what is shown: "Mina Patel" could display reversed.
@@ -216,6 +218,21 @@ def claimed_id(body: bytes) -> int | None:
         return parse_code(data.get("id")) if isinstance(data, dict) else None
     except Exception:
         return None
+
+
+# What an encoded body looks like around its ID; for hinted_ids only.
+ID_HINT = re.compile(rb'"id": ?"R-(\d{4,12})"')
+
+
+def hinted_ids(bodies: list[bytes]) -> set[int]:
+    """The registration IDs these bodies seem to name, found by a pattern and
+    not checked: a hint for reading ahead, never a decision. Never raises."""
+    ids = set()
+    for body in bodies:
+        match = ID_HINT.search(body) if isinstance(body, bytes) and len(body) <= MAX_BODY_BYTES else None
+        if match:
+            ids.add(int(match.group(1)))
+    return ids
 
 
 def storable_text(value: str | bytes, *, max_bytes: int) -> str:

@@ -347,6 +347,15 @@ class Consumer:
                 else:
                     yield self._delivery(method, properties, body)
 
+    def waiting(self) -> list[bytes]:
+        """The bodies of deliveries already received and not yet yielded by
+        consume(), without taking them: a hint for looking their registrations
+        up at once. Reads pika's consumer buffer (BlockingChannel, pika 1.x);
+        an empty list if that is not there."""
+        generator = getattr(self._channel, "_queue_consumer_generator", None)
+        events = getattr(generator, "pending_events", None) or ()
+        return [body for body in (getattr(event, "body", None) for event in events) if body is not None]
+
     def stop_consuming(self) -> None:
         # Unacked prefetched deliveries go straight back to the queue.
         self.flush_acks()

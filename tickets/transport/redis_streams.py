@@ -158,6 +158,11 @@ class Consumer:
                 self._buffer.extend(self._take(self.prefetch, block_ms=max(int(idle_seconds * 1000), 1)))
             yield self._buffer.popleft() if self._buffer else None
 
+    def waiting(self) -> list[bytes]:
+        """The bodies of entries read and not yet yielded, without taking them
+        (a hint for looking their registrations up at once)."""
+        return [delivery.body for delivery in self._buffer]
+
     def _take(self, count: int, *, block_ms: int | None) -> list[Delivery]:
         try:
             if self._read_own_pending:
