@@ -2,6 +2,7 @@
 
 import json
 import re
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -136,3 +137,42 @@ def test_the_quick_path_for_plain_names_agrees_with_the_general_rules(value):
             return f"refused: {error}"
 
     assert outcome(contract.clean_name) == outcome(contract.checked_name)
+
+
+ID_TEXT = st.integers(min_value=0, max_value=10**13).map(contract.format_code) | st.text(max_size=16)
+BODY_SHAPED = st.builds(
+    lambda code, name, v: ('{"id":"' + code + '","name":"' + name + '","v":' + v + "}").encode(
+        "utf-8", "surrogatepass"
+    ),
+    ID_TEXT,
+    st.text(max_size=120) | st.text(alphabet='"\\\x00\x1f\x7f \u2028aé', max_size=8),
+    st.sampled_from(["1", "2", "0", "1.0", "true", "01", " 1", "1 "]),
+)
+
+
+@given(BODY_SHAPED | st.binary(max_size=200))
+@settings(max_examples=1000, deadline=None)
+def test_the_quick_path_for_canonical_bodies_agrees_with_the_json_parser(body):
+    """A body shaped as encode() writes it skips the JSON parser; for any
+    bytes, that must give what the parser would: the same Message or the
+    same refusal."""
+
+    def outcome():
+        try:
+            return contract.decode(body)
+        except contract.ContractError as error:
+            return f"refused: {error}"
+
+    quick = outcome()
+    with mock.patch.object(contract, "CANONICAL_BODY", re.compile(r"(?!)")):  # matches nothing
+        assert outcome() == quick
+
+
+@given(st.integers(min_value=1, max_value=10**12 - 1), st.text(min_size=1, max_size=120))
+@settings(max_examples=300, deadline=None)
+def test_what_encode_writes_decodes_to_the_same_message(pk, name):
+    try:
+        body = contract.encode(registration_id=pk, name=name)
+    except contract.ContractError:
+        return
+    assert contract.decode(body) == contract.Message(registration_id=pk, name=contract.clean_name(name))

@@ -177,10 +177,26 @@ def decode(body: bytes) -> Message:
         raise ContractError(f"The body could not be checked ({type(error).__name__}).") from None
 
 
+# A body exactly as encode() writes it, with a name that needs no escape:
+# three keys in order, no space, version 1. Such a body decodes to these
+# groups under every rule of _decode, so _decode reads it without the JSON
+# parser (a third of a delivery's checks; tests/test_contract.py compares
+# the two paths on arbitrary bodies). Anything else takes the general path.
+CANONICAL_BODY = re.compile(r'\{"id":"(R-\d{4,12})","name":"([^"\\\x00-\x1f]*)","v":1\}')
+
+
 def _decode(body: bytes) -> Message:
     if len(body) > MAX_BODY_BYTES:
         raise ContractError(f"The body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}.")
-    data = _load(body)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ContractError("The body is not UTF-8 text.") from None
+    canonical = CANONICAL_BODY.fullmatch(text)
+    if canonical is not None:
+        data = {"id": canonical.group(1), "name": canonical.group(2), "v": VERSION}
+    else:
+        data = _load(body)
     if not isinstance(data, dict):
         raise ContractError("The body must be a JSON object.")
     if set(data) != KEYS:
