@@ -117,17 +117,17 @@ def record(key: str, label: str, values: list[float], unit: str, **extra) -> dic
 
 
 def reset_database() -> None:
-    for model in (ParkedDelivery, DeliveryFailure, StaffAction, Redelivery):
-        model.objects.all().delete()
-    Ticket.objects.all().delete()
-    Completion.objects.all().delete()
-    RejectedMessage.objects.all().delete()
-    Registration.objects.all().delete()
+    """Empty the tables a run writes, in plain SQL: the ORM's delete() reads
+    every row first to honour PROTECT, slow for 20,000 on PostgreSQL."""
+    children = (ParkedDelivery, DeliveryFailure, StaffAction, Redelivery, Ticket, Completion, RejectedMessage)
+    tables = [model._meta.db_table for model in (*children, Registration)] + [LEAN_TICKET, LEAN_COMPLETION]
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {LEAN_TICKET}")
-        cursor.execute(f"DELETE FROM {LEAN_COMPLETION}")
         if connection.vendor == "sqlite":
+            for table in tables:  # children first
+                cursor.execute(f"DELETE FROM {table}")
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        else:
+            cursor.execute(f"TRUNCATE {', '.join(tables)}")
 
 
 def prepare(n: int) -> None:
@@ -883,6 +883,7 @@ def main() -> int:
     # The web rows serve pages with hashed static names: a fresh clone has none yet.
     call_command("collectstatic", interactive=False, verbosity=0)
     create_lean_tables()
+    finished = False
     try:
         if "raw" in args.only:
             bench_raw(n)
@@ -910,10 +911,15 @@ def main() -> int:
             bench_pairs(n)
             if connection.vendor == "sqlite":  # Redis pairs once, with SQLite, as the redis rows
                 bench_redis_pairs(n)
+        finished = True
     finally:
         transport.delete_queues()
         if OWN_NODE:
             subprocess.run([str(ROOT / "bin" / "rabbitmq-node"), "stop", str(OWN_NODE)], capture_output=True)
+        if finished:
+            shutil.rmtree(FOLDER, ignore_errors=True)  # the database, the workers' logs
+        else:
+            say(f"The benchmark failed; the workers' logs and the database are kept in {FOLDER}")
     Path(args.json).write_text(json.dumps(RESULTS, indent=2))
     say(f"Figures written to {args.json}")
     return 0

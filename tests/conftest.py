@@ -284,25 +284,33 @@ class Process:
         return status, "\n".join(self.lines)
 
 
-@pytest.fixture
-def site(worker_env):
-    """gunicorn serving the test database; DEBUG so static files come straight from static/."""
+def start_gunicorn(env: dict[str, str], *args: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
+    """gunicorn (these arguments) on a free loopback port; returns it and its
+    URL once it answers, or fails the test with gunicorn's own words."""
     port = free_port()
-    env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", *args, "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
-    while subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/"]).returncode != 0:
-        assert server.poll() is None, server.stderr.read()
-        assert time.monotonic() < deadline, "gunicorn did not answer within 30 s"
+    while subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/healthz/live"]).returncode != 0:
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"gunicorn did not answer within 30 s: {server.communicate()[1]}")
         time.sleep(0.2)
+    return server, url
+
+
+@pytest.fixture
+def site(worker_env):
+    """gunicorn serving the test database; DEBUG so static files come straight from static/."""
+    env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    server, url = start_gunicorn(env, "--workers", "1")
     yield url
     server.terminate()
     server.wait(timeout=30)

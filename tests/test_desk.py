@@ -7,7 +7,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from datetime import timedelta
@@ -17,7 +16,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOT, Guest, free_port
+from tests.conftest import Guest, free_port, start_gunicorn
 from tickets import services
 from tickets.models import Completion, Redelivery, Registration, StaffAction, Ticket, WorkerReport
 
@@ -144,6 +143,22 @@ def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff,
     assert "In the last day: 0 running, 1 gone, 1 stopped." in page
 
 
+def test_a_starting_worker_forgets_the_workers_not_seen_for_a_week(workers):
+    """Every worker process leaves a row; restarts and the soak's kills add up.
+    A worker starting deletes those not seen for NIGHTJAR_WORKER_REPORT_DAYS (7)."""
+    now = timezone.now()
+    for pid, days, stopped in ((1, 8, True), (2, 7.1, False), (3, 6.9, False), (4, 1, True)):
+        seen = now - timedelta(days=days)
+        WorkerReport.objects.create(
+            name=f"old-host:{pid}", host="old-host", pid=pid, transport="rabbitmq", mode="serve",
+            started=seen, last_seen=seen, stopped=seen if stopped else None,
+        )  # fmt: skip
+    assert workers.run("--drain").returncode == 0
+    kept = set(WorkerReport.objects.values_list("host", "pid"))
+    assert {("old-host", 3), ("old-host", 4)} <= kept and not {("old-host", 1), ("old-host", 2)} & kept
+    assert len(kept) == 3  # and the drain's own row
+
+
 def test_a_registration_page_tells_its_whole_history(staff, workers):
     registration = services.register_guest(name="Long Story")
     crashed = workers.run("--crash", "before")  # takes the delivery and dies before writing
@@ -203,7 +218,6 @@ def test_a_worker_serves_its_metrics_on_its_own_port(workers):
 
 
 def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
-    port = free_port()
     env = {
         **worker_env,
         "NIGHTJAR_METRICS_TOKEN": "scrape-token-5678",
@@ -212,19 +226,9 @@ def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
         "NIGHTJAR_LOG_FORMAT": "json",  # which debug would otherwise make plain
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", "-c", "gunicorn.conf.py"]
-        + ["--bind", f"127.0.0.1:{port}", "--workers", "3"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_gunicorn(env, "-c", "gunicorn.conf.py", "--workers", "3", stdout=subprocess.PIPE)
     try:
         guest = Guest(url)
-        until(lambda: subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/healthz/live"]).returncode == 0)
         for index in range(12):  # new connections each time: the processes share them out
             status, page, _ = guest.register(f"Multi {index}")
             assert status == 200, page

@@ -668,12 +668,17 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
 # history, and activity over time from the database's own timestamps.
 
 
-def report_worker(*, name: str, fields: dict, stopped: bool = False) -> None:
-    """Write a worker's row (best effort: a worker never stops for its report)."""
+def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: bool = False) -> None:
+    """Write a worker's row (best effort: a worker never stops for its report).
+    A worker starting also deletes the rows of workers not seen for
+    NIGHTJAR_WORKER_REPORT_DAYS: every process leaves one, restarts add up."""
     now = timezone.now()
     defaults = {**fields, "last_seen": now, "stopped": now if stopped else None}
     try:
         WorkerReport.objects.update_or_create(name=name[:100], defaults=defaults)
+        if starting and settings.NIGHTJAR_WORKER_REPORT_DAYS:
+            forgotten = now - timedelta(days=settings.NIGHTJAR_WORKER_REPORT_DAYS)
+            WorkerReport.objects.filter(last_seen__lt=forgotten).delete()
     except DatabaseError:
         logger.warning("Could not write the report of worker %s", name, exc_info=True)
 

@@ -71,6 +71,7 @@ class Worker:
         self.last_beat = 0.0
         self.last_report = 0.0
         self.reports_as_service = False
+        self.reported = False
         self.connections_suspect = False
         self.last_connection_check = 0.0
         # Rows read ahead for deliveries already received (see stored).
@@ -422,7 +423,8 @@ class Worker:
             "handed_back": self.handed_back,
             "current": self.on[:100],
         }
-        services.report_worker(name=self.name, fields=fields, stopped=stopped)
+        services.report_worker(name=self.name, fields=fields, stopped=stopped, starting=not self.reported)
+        self.reported = True
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""
