@@ -176,6 +176,16 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Tests run workers as separate processes, so the test database must be
     # a file they can open, never an in-memory one.
     _database["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
+# PostgreSQL: the worker's statements (bound on the server, models.execute)
+# become prepared statements of their connection after 5 runs. Django leaves
+# them off for poolers: 0 behind one that does not keep them across
+# transactions (PgBouncer in transaction mode before 1.21).
+NIGHTJAR_PREPARED_STATEMENTS = envint("NIGHTJAR_PREPARED_STATEMENTS", 1)
+if _database["ENGINE"].startswith("django.db.backends.postgresql"):
+    _database["OPTIONS"] = {
+        "prepare_threshold": 5 if NIGHTJAR_PREPARED_STATEMENTS else None,
+        **_database.get("OPTIONS", {}),
+    }
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

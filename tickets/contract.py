@@ -178,8 +178,8 @@ def decode(body: bytes) -> Message:
 
 
 # A body exactly as encode() writes it, with a name that needs no escape:
-# three keys in order, no space, version 1. Such a body decodes to these
-# groups under every rule of _decode, so _decode reads it without the JSON
+# three keys in order, no space, version 1. Such a body passes every check
+# of _decode up to the ID and the name, so _decode reads it without the JSON
 # parser (a third of a delivery's checks; tests/test_contract.py compares
 # the two paths on arbitrary bodies). Anything else takes the general path.
 CANONICAL_BODY = re.compile(r'\{"id":"(R-\d{4,12})","name":"([^"\\\x00-\x1f]*)","v":1\}')
@@ -194,9 +194,8 @@ def _decode(body: bytes) -> Message:
         raise ContractError("The body is not UTF-8 text.") from None
     canonical = CANONICAL_BODY.fullmatch(text)
     if canonical is not None:
-        data = {"id": canonical.group(1), "name": canonical.group(2), "v": VERSION}
-    else:
-        data = _load(body)
+        return _message(*canonical.groups())
+    data = _load(body)
     if not isinstance(data, dict):
         raise ContractError("The body must be a JSON object.")
     if set(data) != KEYS:
@@ -207,11 +206,15 @@ def _decode(body: bytes) -> Message:
         raise ContractError(f"Unsupported message version {_shown(data['v'])}; this worker reads version {VERSION}.")
     if not isinstance(data["id"], str):
         raise ContractError("The id must be a string like R-0002.")
-    registration_id = parse_code(data["id"])
-    name = clean_name(data["name"])
-    if name != data["name"]:
+    return _message(data["id"], data["name"])
+
+
+def _message(code: str, name) -> Message:
+    registration_id = parse_code(code)
+    stored = clean_name(name)
+    if stored != name:
         raise ContractError("The name is not in its stored form (surrounding spaces or unnormalised text).")
-    return Message(registration_id=registration_id, name=name)
+    return Message(registration_id=registration_id, name=stored)
 
 
 def _shown(value, limit: int = 40) -> str:

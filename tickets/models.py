@@ -34,7 +34,10 @@ def execute(sql: str, params: list) -> list[tuple]:
 def server_side_cursor(raw):
     """psycopg's own cursor: parameters travel apart from the SQL and are
     adapted in C. Django's cursor binds on the client, formatting each value
-    into the text in Python — ~2 ms for a batch's 200 values (bin/benchmark.py)."""
+    into the text in Python — ~2 ms for a batch's 200 values (bin/benchmark.py).
+    A statement run 5 times becomes a prepared statement of the connection
+    (NIGHTJAR_PREPARED_STATEMENTS, settings.py): planning a 50-row INSERT
+    costs about as much as running it (~0.2 ms)."""
     import psycopg
 
     return psycopg.Cursor(raw)
