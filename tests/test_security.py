@@ -111,6 +111,9 @@ class RecordingConsumer:
     def ack(self, tag: int, *, multiple: bool = False) -> None:
         self.acked.append(tag)
 
+    def waiting(self) -> list[bytes]:
+        return []  # nothing buffered behind the delivery under test
+
 
 def valid_bodies():
     return st.builds(

@@ -286,7 +286,10 @@ class Worker:
         while not self.shutdown:
             try:
                 self.connect()
-                self.say(f"Serving {transport.queue_name()} (prefetch {self.prefetch}); stop with Ctrl+C or SIGTERM.")
+                self.say(
+                    f"Serving {transport.queue_name()} from {self.consumer.node} (prefetch {self.prefetch});"
+                    " stop with Ctrl+C or SIGTERM."
+                )
                 backoff = 1.0
                 for delivery in self.deliveries():
                     self.beat()

@@ -71,6 +71,20 @@ def parameters() -> list[pika.URLParameters]:
     return nodes
 
 
+def connect() -> tuple[pika.BlockingConnection, str]:
+    """A connection to the first node of the shuffled list that takes it, and
+    that node as host:port (the worker says which node it consumes from).
+    One attempt per node, as pika makes with the whole list; raises pika's
+    error of the last node when none does."""
+    *others, last = parameters()
+    for params in others:
+        try:
+            return pika.BlockingConnection(params), f"{params.host}:{params.port}"
+        except pika.exceptions.AMQPConnectionError:
+            continue  # the next node
+    return pika.BlockingConnection(last), f"{last.host}:{last.port}"
+
+
 def _is_broker_failure(error: Exception) -> bool:
     """pika's own exceptions (several families, some not AMQPError, such as
     AMQPConnectorStackTimeout) and socket errors: everything that means the
@@ -209,7 +223,7 @@ class _PublisherThread(threading.Thread):
 
     def open(self):
         if self.connection is None or self.connection.is_closed:
-            self.connection = pika.BlockingConnection(parameters())
+            self.connection, _ = connect()
             self.blocked = False
             self.connection.add_on_connection_blocked_callback(lambda *_: setattr(self, "blocked", True))
             self.connection.add_on_connection_unblocked_callback(lambda *_: setattr(self, "blocked", False))
@@ -297,7 +311,7 @@ class Consumer:
 
     def __init__(self, *, prefetch: int = 1) -> None:
         with translated_errors("connect"):
-            self._connection = pika.BlockingConnection(parameters())
+            self._connection, self.node = connect()
             self._channel = self._connection.channel()
             declare(self._channel)
             self._channel.basic_qos(prefetch_count=prefetch)
@@ -415,7 +429,7 @@ class Consumer:
 def short_channel(action: str):
     """A channel on a connection of its own, closed afterwards (status, admin, tools)."""
     with translated_errors(action):
-        connection = pika.BlockingConnection(parameters())
+        connection, _ = connect()
         try:
             yield connection.channel()
         finally:

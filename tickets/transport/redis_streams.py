@@ -125,6 +125,8 @@ class Consumer:
         self.name = consumer_name()
         # Blocking reads wait up to a few seconds: the socket must outwait them.
         self._client = client(socket_timeout=settings.NIGHTJAR_BROKER_TIMEOUT + 10)
+        where = self._client.connection_pool.connection_kwargs
+        self.node = f"{where.get('host', where.get('path', ''))}:{where.get('port', '')}".rstrip(":")
         self._read_own_pending = True  # at start, and after a hand-back
         self._last_claim = 0.0
         # Read but not yet handed out: a batch that stops early leaves the rest here.
