@@ -266,6 +266,21 @@ class Process:
             if text in line:
                 return line
 
+    def read_so_far(self) -> list[str]:
+        """Take every line printed until now without waiting (kept in .lines),
+        so that the next wait_for answers only what comes after."""
+        taken = []
+        while True:
+            try:
+                line = self._queue.get_nowait()
+            except queue.Empty:
+                return taken
+            if line is None:  # the end of the output: leave it for wait_for
+                self._queue.put(None)
+                return taken
+            self.lines.append(line)
+            taken.append(line)
+
     def send(self, line: str) -> None:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
