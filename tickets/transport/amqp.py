@@ -55,8 +55,8 @@ def urls() -> list[str]:
 def parameters() -> list[pika.URLParameters]:
     """Connection parameters for every node, in a shuffled order: each client
     picks a node at random, and moves on to the next when it is refused or
-    silent. pika takes connection_attempts and retry_delay from the last
-    element for the whole list, so every element gets one attempt each."""
+    silent (connect). Every element gets one attempt: pika, given the whole
+    list, would take connection_attempts and retry_delay from the last one."""
     nodes = []
     for url in urls():
         given = parse_qs(urlsplit(url).query)
