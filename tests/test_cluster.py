@@ -391,7 +391,7 @@ def test_a_partitioned_leader_and_a_cut_off_worker_lose_nothing_and_duplicate_no
         print(f"cut the worker's machine off from node {node}, which it consumed from")
         cut_off.wait_for("is unavailable; reconnecting", timeout=60)
         serving = cut_off.wait_for("Serving", timeout=60)
-        now_on = re.search(r" from ([\d.]+):\d+ ", serving).group(1)
+        now_on = served_from(serving)
         assert now_on in {network.address[n] for n in ("1", "2", "3")} - {address}, serving
         print(f"the worker reconnected to {now_on}; node {node} is {address}")
         network.heal("w")
@@ -407,8 +407,13 @@ def serving_address(worker: Process) -> str | None:
         if "is unavailable; reconnecting" in line:
             return None
         if line.startswith("Serving "):
-            return re.search(r" from ([\d.]+):\d+ ", line).group(1)
+            return served_from(line)
     return None
+
+
+def served_from(line: str) -> str:
+    """The node address in a worker's "Serving <queue> from <address>:<port>" line."""
+    return re.search(r" from ([\d.]+):\d+ ", line).group(1)
 
 
 def wait_until(condition, seconds: float, message: str) -> None:

@@ -71,7 +71,6 @@ class Worker:
         self.last_beat = 0.0
         self.last_report = 0.0
         self.reports_as_service = False
-        self.reported = False
         self.connections_suspect = False
         self.last_connection_check = 0.0
         # Rows read ahead for deliveries already received (see stored).
@@ -412,7 +411,7 @@ class Worker:
         """What staff see in the workers table (never once per delivery)."""
         if not settings.NIGHTJAR_WORKER_REPORT_SECONDS:
             return
-        self.last_report = time.monotonic()
+        starting, self.last_report = not self.last_report, time.monotonic()
         host, _, pid = self.name.rpartition(":")
         fields = {
             "host": host,
@@ -426,8 +425,7 @@ class Worker:
             "handed_back": self.handed_back,
             "current": self.on[:100],
         }
-        services.report_worker(name=self.name, fields=fields, stopped=stopped, starting=not self.reported)
-        self.reported = True
+        services.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""
