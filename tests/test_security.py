@@ -74,6 +74,19 @@ def test_guessing_a_registration_id_or_its_secret_gets_404(client):
 
 
 @pytest.mark.django_db
+def test_tickets_issued_together_each_get_a_secret_of_their_own():
+    """A batch's secrets come from one read of the random source: each is
+    still 256 bits in URL-safe base64 (43 characters), and none is shared."""
+    guests = [Registration.objects.create(name=f"Guest {n}") for n in range(60)]
+    Ticket.objects.issue_many([(guest.pk, guest.name) for guest in guests])
+    secrets = list(Ticket.objects.values_list("secret", flat=True))
+    assert len(secrets) == 60 and len(set(secrets)) == 60
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{43}", secret) for secret in secrets)
+    # The same form as a ticket made one at a time.
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", Ticket.objects.create(registration=guests[0], name="One").secret)
+
+
+@pytest.mark.django_db
 def test_registration_posts_are_rate_limited_per_client_address(client, settings):
     settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE = 3
     for n in range(3):
