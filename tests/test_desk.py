@@ -200,20 +200,25 @@ def test_metrics_are_for_staff_or_the_token_and_count_what_happened(client, staf
 
 
 def test_a_worker_serves_its_metrics_on_its_own_port(workers):
+    # A worker crashes before writing the first registration's ticket: the one that serves
+    # the metrics gets it redelivered, makes its ticket, and counts its latency too.
+    crashed = services.register_guest(name="Crashed Before")
+    assert workers.run("--crash", "before").returncode == 21
     port = free_port()
     worker = workers.start("--serve", "--metrics-port", str(port))
     worker.wait_for(f"Metrics on http://127.0.0.1:{port}/metrics")
     worker.wait_for("Serving")
     for index in range(4):
         services.register_guest(name=f"Metered {index}")
-    until(lambda: Ticket.objects.count() == 4, what="four tickets")
+    until(lambda: Ticket.objects.count() == 5, what="five tickets")
     time.sleep(0.3)  # the last ack and metric after the commit
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         scraped = samples(response.read().decode())
-    assert scraped[("nightjar_deliveries_total", (("outcome", "handled"),))] == 4
+    assert f"Received {crashed.code} redelivered=True" in "".join(worker.read_so_far())
+    assert scraped[("nightjar_deliveries_total", (("outcome", "handled"),))] == 5
     assert scraped[("nightjar_deliveries_total", (("outcome", "failed"),))] == 0
-    assert scraped[("nightjar_handler_seconds_count", ())] == 4
-    assert scraped[("nightjar_registration_to_ticket_seconds_count", ())] == 4
+    assert scraped[("nightjar_handler_seconds_count", ())] == 5
+    assert scraped[("nightjar_registration_to_ticket_seconds_count", ())] == 5
     worker.signal(signal.SIGTERM)
     assert worker.finish()[0] == 0
 

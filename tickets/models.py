@@ -134,6 +134,10 @@ class TicketManager(models.Manager):
         INSERT (the worker does this for every registration)."""
         self.issue_many([(registration_id, name)])
 
+    def made_since(self, registration_id: int, since) -> bool:
+        """Whether a ticket for this registration was issued at or after `since`."""
+        return self.filter(registration_id=registration_id, issued__gte=since).exists()
+
     def issue_many(self, tickets: list[tuple[int, str]]) -> None:
         """Insert tickets for (registration_id, name) pairs in one statement."""
         if not tickets:
