@@ -147,6 +147,34 @@ def rabbit(tmp_path_factory) -> BrokerNode:
         subprocess.run([ROOT / "bin" / stop, "stop", str(folder)], capture_output=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_database_session_outlives_the_tests(django_db_setup, django_db_blocker):
+    """On PostgreSQL, after the last test: no other session may still be
+    connected to the test database (the run could not drop it, and a session
+    left open is a connection some code forgot). Processes the tests ended a
+    moment ago get a few seconds to go; then the run fails, naming what is left."""
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock():
+        deadline = time.monotonic() + 10
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pid, backend_start, state, left(query, 200) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+                left = cursor.fetchall()
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    if left:
+        sessions = "\n".join(
+            f"  pid {pid}, since {since:%H:%M:%S}, {state}: {query}" for pid, since, state, query in left
+        )
+        pytest.fail(f"{len(left)} database session(s) outlived the tests:\n{sessions}", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def test_settings(settings, rabbit):
     """A queue of its own per test, so no test sees another's deliveries."""

@@ -1,6 +1,7 @@
 """Free loopback ports for the servers that tests, the chaos soak and the
 benchmark start. A RabbitMQ node started by bin/rabbitmq-node on PORT also
-listens on PORT + 10000 (management) and PORT + 20000 (distribution)."""
+listens on PORT + 10000 (management) and PORT + 20000 (distribution), and
+its epmd on PORT + 20001."""
 
 import socket
 
@@ -15,14 +16,14 @@ def port_is_free(port: int) -> bool:
 
 
 def free_port(*, rabbitmq: bool = False) -> int:
-    """A free port; with rabbitmq=True, one whose +10000 and +20000 are free too."""
+    """A free port; with rabbitmq=True, one whose +10000, +20000 and +20001 are free too."""
     for _ in range(200):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         if not rabbitmq:
             return port
-        if port < 45000 and port_is_free(port + 10000) and port_is_free(port + 20000):
+        if port < 45000 and all(port_is_free(port + offset) for offset in (10000, 20000, 20001)):
             return port
     raise RuntimeError("No free ports on 127.0.0.1.")
 

@@ -2,12 +2,14 @@
 served by gunicorn on loopback, with a real worker process making the ticket.
 Screenshots of each step go to test-artifacts/."""
 
+import contextlib
 import io
 import signal
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from playwright.sync_api import expect, sync_playwright
 from pypdf import PdfReader
 
@@ -31,51 +33,60 @@ CHROMIUM_ARGS = [
 ]
 
 
-def test_a_guest_registers_watches_the_page_switch_and_downloads_the_pdf(site, workers, monkeypatch):
-    # Playwright's sync API runs an event loop; the ORM calls here are plain sync code.
+@contextlib.contextmanager
+def chromium(monkeypatch):
+    """Chromium, headless. Playwright's sync API keeps an event loop running in
+    this thread while it is open, so Django takes the ORM calls made meanwhile
+    for async code (allowed here: they are plain sync code) and gives them a
+    database connection of their own — closed on the way out, else it would
+    outlive the test (conftest's no_database_session_outlives_the_tests)."""
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(accept_downloads=True, viewport={"width": 390, "height": 844})
         try:
-            page.goto(site + "/")
-            expect(page.get_by_role("heading", name="Explore the evening")).to_be_visible()
-            page.get_by_role("main").get_by_role("link", name="Plan your visit").click()
-            page.get_by_role("main").get_by_role("link", name="The evening").click()
-            page.get_by_label("Guest name").fill("Zoë Browser")
-            page.screenshot(path=ARTIFACTS / "1-form.png")
-            page.get_by_role("button", name="Register for the evening").click()
-
-            registration = Registration.objects.get(name="Zoë Browser")
-            expect(page.get_by_role("heading", name=f"Registration {registration.code}")).to_be_visible()
-            expect(page.get_by_text("Your ticket is being prepared")).to_be_visible()
-            page.screenshot(path=ARTIFACTS / "2-being-prepared.png")
-            page.evaluate("window.stillTheSamePage = true")
-
-            assert workers.run().returncode == 0
-            open_ticket = page.get_by_role("link", name="Open ticket")
-            expect(open_ticket).to_be_visible(timeout=15_000)
-            assert page.evaluate("window.stillTheSamePage") is True  # swapped in place, no reload
-            page.screenshot(path=ARTIFACTS / "3-open-ticket.png")
-
-            open_ticket.click()
-            expect(page.get_by_role("link", name="Back to registration")).to_be_visible()
-            page.screenshot(path=ARTIFACTS / "4-ticket.png")
-            with page.expect_download() as download_info:
-                page.get_by_role("link", name="Download ticket").click()
-            target = ARTIFACTS / download_info.value.suggested_filename
-            download_info.value.save_as(target)
+            yield browser
         finally:
             browser.close()
+            connections.close_all()
+
+
+def test_a_guest_registers_watches_the_page_switch_and_downloads_the_pdf(site, workers, monkeypatch):
+    with chromium(monkeypatch) as browser:
+        page = browser.new_page(accept_downloads=True, viewport={"width": 390, "height": 844})
+        page.goto(site + "/")
+        expect(page.get_by_role("heading", name="Explore the evening")).to_be_visible()
+        page.get_by_role("main").get_by_role("link", name="Plan your visit").click()
+        page.get_by_role("main").get_by_role("link", name="The evening").click()
+        page.get_by_label("Guest name").fill("Zoë Browser")
+        page.screenshot(path=ARTIFACTS / "1-form.png")
+        page.get_by_role("button", name="Register for the evening").click()
+
+        registration = Registration.objects.get(name="Zoë Browser")
+        expect(page.get_by_role("heading", name=f"Registration {registration.code}")).to_be_visible()
+        expect(page.get_by_text("Your ticket is being prepared")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "2-being-prepared.png")
+        page.evaluate("window.stillTheSamePage = true")
+
+        assert workers.run().returncode == 0
+        open_ticket = page.get_by_role("link", name="Open ticket")
+        expect(open_ticket).to_be_visible(timeout=15_000)
+        assert page.evaluate("window.stillTheSamePage") is True  # swapped in place, no reload
+        page.screenshot(path=ARTIFACTS / "3-open-ticket.png")
+
+        open_ticket.click()
+        expect(page.get_by_role("link", name="Back to registration")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "4-ticket.png")
+        with page.expect_download() as download_info:
+            page.get_by_role("link", name="Download ticket").click()
+        target = ARTIFACTS / download_info.value.suggested_filename
+        download_info.value.save_as(target)
 
     text = PdfReader(io.BytesIO(Path(target).read_bytes())).pages[0].extract_text()
     assert registration.code in text and "Zoë Browser" in text
 
 
 def test_staff_see_the_desk_charts_after_a_burst_and_the_desk_refreshes_itself(site, workers, monkeypatch, settings):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    ARTIFACTS.mkdir(exist_ok=True)
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]  # what the site checks with
     User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
     for index in range(40):
@@ -83,25 +94,21 @@ def test_staff_see_the_desk_charts_after_a_burst_and_the_desk_refreshes_itself(s
     assert workers.run("--drain", "--batch", "10").returncode == 0
     serving = workers.start("--serve")
     serving.wait_for("Serving")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    with chromium(monkeypatch) as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        try:
-            page.goto(site + "/admin/login/?next=/admin/tickets/registration/delivery-status/")
-            page.get_by_label("Username").fill("desk")
-            page.get_by_label("Password").fill("correct horse battery staple")
-            page.get_by_role("button", name="Log in").click()
-            expect(page.get_by_role("heading", name="Delivery status")).to_be_visible()
-            charts = page.locator("figure.desk-chart")
-            expect(charts).to_have_count(4)
-            expect(charts.first.locator("polyline").first).to_be_visible()
-            expect(page.get_by_text("40 registrations and 40 tickets, per minute.").first).to_be_visible()
-            expect(page.locator("tr.worker-running")).to_have_count(1)
-            expect(page.locator("tr.worker-stopped")).to_have_count(1)  # the drain, which exited cleanly
-            page.screenshot(path=ARTIFACTS / "5-desk.png", full_page=True)
-            read_at = page.locator(".desk-read-at time").get_attribute("datetime")
-            expect(page.locator(".desk-read-at time")).not_to_have_attribute("datetime", read_at, timeout=20_000)
-        finally:
-            browser.close()
+        page.goto(site + "/admin/login/?next=/admin/tickets/registration/delivery-status/")
+        page.get_by_label("Username").fill("desk")
+        page.get_by_label("Password").fill("correct horse battery staple")
+        page.get_by_role("button", name="Log in").click()
+        expect(page.get_by_role("heading", name="Delivery status")).to_be_visible()
+        charts = page.locator("figure.desk-chart")
+        expect(charts).to_have_count(4)
+        expect(charts.first.locator("polyline").first).to_be_visible()
+        expect(page.get_by_text("40 registrations and 40 tickets, per minute.").first).to_be_visible()
+        expect(page.locator("tr.worker-running")).to_have_count(1)
+        expect(page.locator("tr.worker-stopped")).to_have_count(1)  # the drain, which exited cleanly
+        page.screenshot(path=ARTIFACTS / "5-desk.png", full_page=True)
+        read_at = page.locator(".desk-read-at time").get_attribute("datetime")
+        expect(page.locator(".desk-read-at time")).not_to_have_attribute("datetime", read_at, timeout=20_000)
     serving.signal(signal.SIGTERM)
     assert serving.finish()[0] == 0

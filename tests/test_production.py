@@ -6,10 +6,12 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,6 +19,7 @@ from django.core.management import CommandError, call_command
 
 from nightjar.logs import JsonFormatter, MaskSecrets, mask
 from tests.conftest import ROOT
+from tests.ports import free_port
 from tickets import transport
 from tickets.models import Completion, Registration, Ticket
 
@@ -234,3 +237,38 @@ def test_the_multi_node_broker_url_is_checked():
     assert result.returncode != 0 and "nightjar.E004" in result.stderr
     cluster = "amqp://guest:guest@127.0.0.1:5672/%2F;amqp://guest:guest@127.0.0.1:5673/%2F"
     assert manage("check", env={**PRODUCTION_ENV, "NIGHTJAR_BROKER_URL": cluster}).returncode == 0
+
+
+def still_running(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.amqp_only
+def test_a_rabbitmq_node_from_bin_rabbitmq_node_stops_with_its_own_epmd(tmp_path):
+    """bin/rabbitmq-node gives its node an epmd of its own (PORT+20001, started
+    and stopped by pid): `stop` leaves nothing running, and the machine's
+    shared epmd on 4369 is neither used nor started."""
+    script, folder = ROOT / "bin" / "rabbitmq-node", tmp_path / "node"
+    port = free_port(rabbitmq=True)
+    try:
+        started = subprocess.run([script, "start", folder, str(port)], capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.strip() == f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+        epmd, node = (int((folder / name).read_text()) for name in ("epmd.pid", "node.pid"))
+        names = subprocess.run(["epmd", "-port", str(port + 20001), "-names"], capture_output=True, text=True)
+        assert "name nightjar-" in names.stdout  # the node registered with its own epmd
+        assert f"{port + 20001}" in Path(f"/proc/{epmd}/cmdline").read_text()
+    finally:
+        subprocess.run([script, "stop", folder], capture_output=True, timeout=120)
+    deadline = time.monotonic() + 15
+    while still_running(epmd) or still_running(node):
+        assert time.monotonic() < deadline, "the node or its epmd still runs after stop"
+        time.sleep(0.2)
+    for closed in (port, port + 20001):  # nothing answers there any more
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", closed)) != 0, f"something still listens on {closed}"
