@@ -3,6 +3,7 @@ workers table, each registration's history, and the operator signals
 (Prometheus metrics from the web and the worker, JSON logs) — with real rows,
 a real broker and real worker and gunicorn processes."""
 
+import io
 import json
 import re
 import signal
@@ -13,13 +14,15 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Guest, free_port, start_gunicorn
 from tickets import services
+from tickets.handler import handle
 from tickets.models import Completion, Redelivery, Registration, StaffAction, Ticket, WorkerReport
+from tickets.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -221,6 +224,18 @@ def test_a_worker_serves_its_metrics_on_its_own_port(workers):
     assert scraped[("nightjar_registration_to_ticket_seconds_count", ())] == 5
     worker.signal(signal.SIGTERM)
     assert worker.finish()[0] == 0
+
+
+def test_a_database_error_asking_for_the_latency_costs_the_observation_never_the_delivery(monkeypatch):
+    """Asked after the commit (the ack maybe sent): the worker must not fail a done delivery."""
+
+    def broken(*args):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(Ticket.objects, "made_since", broken)
+    worker = Worker(handler=handle, stdout=io.StringIO())
+    assert worker.made_since(1, timezone.now()) is False
+    assert worker.connections_suspect  # the connection is checked before the next delivery
 
 
 def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
 from tickets import contract, metrics, services, transport
@@ -185,9 +185,20 @@ class Worker:
         # The handler does not say whether it made the ticket. A first delivery almost always
         # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
         # may not, so for those the tickets table says (one query, for redeliveries only).
-        made = not delivery.redelivered or Ticket.objects.made_since(message.registration_id, since)
+        made = not delivery.redelivered or self.made_since(message.registration_id, since)
         self.measure(started, handled=1, made=[created] if made else [])
         self.say("Handler returned.")
+
+    def made_since(self, registration_id: int, since) -> bool:
+        """Whether this registration's ticket was issued since then, for the
+        latency metric. Asked after the commit: a database error here costs the
+        observation, never the delivery (already committed, its ack maybe sent)."""
+        try:
+            return Ticket.objects.made_since(registration_id, since)
+        except DatabaseError:
+            logger.warning("Could not tell whether %s got its ticket now", contract.format_code(registration_id))
+            self.connections_suspect = True
+            return False
 
     def check_connections(self) -> None:
         """Drop a database connection that broke or outlived CONN_MAX_AGE, as
