@@ -60,13 +60,13 @@ def stored_now():
 
 
 def new_secret() -> str:
-    # 32 random bytes = 256 bits, URL-safe: unguessable in guest URLs.
-    return secrets.token_urlsafe(32)
+    return new_secrets(1)[0]
 
 
 def new_secrets(count: int) -> list[str]:
-    """count secrets like new_secret's, from one read of the OS's random
-    source (a batch's tickets: one system call instead of one each)."""
+    """count secrets of 32 random bytes = 256 bits, URL-safe (unguessable in
+    guest URLs), from one read of the OS's random source: a batch's tickets
+    take one system call instead of one each."""
     raw = secrets.token_bytes(32 * count)
     return [base64.urlsafe_b64encode(raw[i : i + 32]).rstrip(b"=").decode("ascii") for i in range(0, len(raw), 32)]
 
