@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from django.db import connection
@@ -244,6 +244,38 @@ def test_the_quorum_queue_has_a_replica_on_every_node_and_status_says_so(on_clus
     assert len(counts["members"]) == 3 and sorted(counts["online"]) == sorted(counts["members"])
     line = services.describe_replicas(counts)
     assert line.startswith(f"leader {counts['leader']}; 3 of 3 members online")
+
+
+def test_a_node_whose_port_is_taken_says_so_at_once_and_starts_once_it_is_free(on_cluster):
+    """A restarted node that cannot listen (its port taken meanwhile by another
+    program) fails its boot: start-node reports why within a minute, not after
+    five of polling a node that is no longer there."""
+    node = 3
+    port = urlsplit(on_cluster.url.split(";")[node - 1]).port
+    on_cluster.kill(node)
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline = time.monotonic() + 15
+        while True:  # the killed node's listener closes a moment after kill -9
+            try:
+                squatter.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"port {port} still taken 15 s after the node was killed"
+                time.sleep(0.2)
+        squatter.listen()
+        started = time.monotonic()
+        result = subprocess.run(
+            [CLUSTER, "start-node", str(on_cluster.folder), str(node)], capture_output=True, text=True, timeout=300
+        )
+        seconds = time.monotonic() - started
+    print(f"start-node gave up after {seconds:.0f} s:\n{result.stderr}")
+    assert result.returncode != 0
+    assert f"Node {node} did not start: its boot failed" in result.stderr
+    assert f"port {port}" in result.stderr and "eaddrinuse" in result.stderr
+    assert seconds < 60, f"start-node took {seconds:.0f} s to give up"
+    on_cluster.start(node)
+    assert node not in on_cluster.down
 
 
 def test_killing_the_leader_and_then_the_workers_node_loses_nothing_and_duplicates_nothing(
