@@ -278,6 +278,41 @@ def test_a_node_whose_port_is_taken_says_so_at_once_and_starts_once_it_is_free(o
     assert node not in on_cluster.down
 
 
+def test_a_paused_node_that_does_not_resume_is_started_when_its_peers_come_back(on_cluster):
+    """With two nodes killed, the third pauses (pause_minority) and holds the
+    newest tables. RabbitMQ 3.10 can fail its resume when the others return
+    (seen in the quorum test below: a feature flag sync failed) and never tries
+    again, its database stopped: the returning nodes wait for its tables.
+    Played here by ending its recovery process and stopping its Mnesia;
+    start-node must notice and start the paused node's app, and all three run."""
+    paused, lost = 3, (1, 2)
+    for node in lost:
+        on_cluster.kill(node)
+    deadline = time.monotonic() + 60
+    while on_cluster.run("ctl", str(on_cluster.folder), str(paused), "-q", "eval", "rabbit:is_running().") != "false":
+        assert time.monotonic() < deadline, f"node {paused} did not pause"
+        time.sleep(1)
+    on_cluster.run(
+        "ctl",
+        str(on_cluster.folder),
+        str(paused),
+        "-q",
+        "eval",
+        "exit(whereis(rabbit_outside_app_process), kill), mnesia:stop().",
+    )
+    procs = [
+        subprocess.Popen([CLUSTER, "start-node", str(on_cluster.folder), str(n)], stderr=subprocess.PIPE, text=True)
+        for n in lost
+    ]
+    outputs = [proc.communicate(timeout=400)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    on_cluster.down -= set(lost)
+    assert any(f"Node {paused} runs with its app stopped" in output for output in outputs), outputs
+    services.register_guest(name="After The Pause")  # the queue has its quorum again
+    counts = transport.queue_counts()
+    assert sorted(counts["online"]) == sorted(counts["members"]) and len(counts["members"]) == 3
+
+
 def test_killing_the_leader_and_then_the_workers_node_loses_nothing_and_duplicates_nothing(
     on_cluster, two_webs, workers
 ):
