@@ -199,7 +199,7 @@ def test_audit_prints_every_kind_of_violation_and_fails():
     assert failed.value.returncode == 1
     report = out.getvalue()
     assert f"VIOLATION more than one ticket: {doubled.code}" in report
-    assert f"VIOLATION ticket without a completion key: {keyless.code}" in report
+    assert f"VIOLATION ticket without its key: {keyless.code}" in report
     assert f"VIOLATION completion key without a ticket: {ticketless.code}" in report
     assert f"VIOLATION ticket name differs from the registration: {renamed.code}" in report
     assert f"VIOLATION pending for more than 300 s: {stale.code}" in report

@@ -73,6 +73,20 @@ def publish_registration(registration: Registration) -> None:
     transport.publish(body, message_id=message_id)
 
 
+def refuse_ticket_without_key(registration: Registration, what: str) -> None:
+    """Guard of every path that publishes an existing registration: one with a
+    ticket but no completion key (an unsafe handler's) is not pending; a safe
+    handler would find the key new and issue a second ticket."""
+    if (
+        Ticket.objects.filter(registration=registration).exists()
+        and not Completion.objects.filter(registration=registration).exists()
+    ):
+        raise NightjarError(
+            f"{registration.code} has a ticket without its key; it is not {what}, because a new delivery would "
+            f"make a second ticket. `python manage.py repair {registration.code} --apply` adds the key."
+        )
+
+
 def publish_after_commit(registration: Registration) -> None:
     """The registration is already safe in the database, so a failed publish
     is logged and left for reconcile; the guest never sees an error for it."""
@@ -127,6 +141,7 @@ def retry_registration(*, code: str, actor: str) -> Registration:
     """Publish a new delivery of an existing registration. Safe at any time:
     the worker makes no second ticket for a registration that has one."""
     registration = find_registration(code=code)
+    refuse_ticket_without_key(registration, "retried")
     publish_registration(registration)
     record_staff_action(actor=actor, action="retry", registration=registration, detail="Published a new delivery.")
     return registration
@@ -219,9 +234,13 @@ def parked_without_ticket():
 
 
 def pending_registrations():
-    """Registrations that have no completion key yet and are not parked, oldest first."""
+    """Registrations that have no ticket and no completion key yet and are not
+    parked, oldest first. A ticket without its key is not pending: publishing
+    it again would make a second ticket (repair adds the key)."""
     return Registration.objects.filter(
-        ~Exists(Completion.objects.filter(registration=OuterRef("pk"))), ~is_parked()
+        ~Exists(Ticket.objects.filter(registration=OuterRef("pk"))),
+        ~Exists(Completion.objects.filter(registration=OuterRef("pk"))),
+        ~is_parked(),
     ).order_by("created", "id")
 
 
@@ -335,7 +354,12 @@ def _collect_one(delivery: transport.Delivery, report: CollectReport) -> Registr
             record_rejection(delivery=delivery, reason=str(error))
         report.rejected += 1
         return None
-    if Completion.objects.filter(registration=registration).exists():
+    # Done, or a ticket without its key (publishing it again would make a
+    # second ticket; audit reports it, repair adds the key): nothing to collect.
+    if (
+        Completion.objects.filter(registration=registration).exists()
+        or Ticket.objects.filter(registration=registration).exists()
+    ):
         report.dropped += 1
         return None
     failure = registration.delivery_failures.first()
@@ -372,6 +396,7 @@ def requeue_parked(*, code: str, actor: str) -> Registration:
     """Staff: publish a parked registration again. It counts as pending again
     (reconcile may pick it up too; the worker makes no second ticket)."""
     registration = find_registration(code=code)
+    refuse_ticket_without_key(registration, "requeued")
     with transaction.atomic():
         held = ParkedDelivery.objects.holding().select_for_update().filter(registration=registration)
         if not held.exists():
@@ -442,7 +467,7 @@ def describe_state(*, tickets: int, completed: bool, parked: bool = False) -> st
         return "parked" if parked else "pending"
     if tickets > 1:
         return "duplicate tickets"
-    return "ticket issued" if completed else "ticket issued, no completion key"
+    return "ticket issued" if completed else "ticket without its key"
 
 
 def registration_states(limit: int | None = None) -> list[RegistrationState]:
@@ -654,7 +679,7 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
 
     add("more than one ticket", per_registration.filter(ticket_count__gt=1).order_by("pk"))
     add("completion key without a ticket", per_registration.filter(has_key, ticket_count=0).order_by("pk"))
-    add("ticket without a completion key", per_registration.filter(~has_key, ticket_count__gt=0).order_by("pk"))
+    add("ticket without its key", per_registration.filter(~has_key, ticket_count__gt=0).order_by("pk"))
     mismatched = Registration.objects.filter(
         Exists(Ticket.objects.filter(registration=OuterRef("pk")).exclude(name=OuterRef("name")))
     )
