@@ -102,6 +102,8 @@ class Worker:
         if not work:
             return False
         failed = self.try_process(work)
+        for delivery, _ in failed:
+            self.consumer.requeue(delivery.tag)  # a failure: counted by the broker, whatever its version
         if failed:
             raise failed[0][1]
         return True
@@ -373,7 +375,27 @@ class Worker:
             self.connections_suspect = True
             metrics.FAILED.inc()
             services.record_failure(delivery=delivery, error=error, worker=self.name)
+            if self.park_if_failed_too_often(delivery):
+                return []
             return [(delivery, error)]
+
+    def park_if_failed_too_often(self, delivery: transport.Delivery) -> bool:
+        """Nightjar's own delivery limit (services.park_after_failures): the
+        park is committed first, then the delivery acked. False when the
+        limit is not reached, or the database cannot say (hand it back)."""
+        try:
+            registration = services.park_after_failures(delivery=delivery)
+        except DatabaseError:
+            logger.warning("Could not count the failed attempts; handing the delivery back", exc_info=True)
+            return False
+        if registration is None:
+            return False
+        self.consumer.ack(delivery.tag)
+        self.say(
+            f"Parked {registration.code}: its delivery failed {settings.NIGHTJAR_DELIVERY_LIMIT} times "
+            "(the delivery limit); see `parked`."
+        )
+        return True
 
     def record_lost(self) -> None:
         """Entries the broker dropped before they were handled: one line for

@@ -406,10 +406,20 @@ class Consumer:
                 self._channel.basic_ack(delivery_tag=tag, multiple=True)
 
     def requeue(self, tag: int) -> None:
-        """Give a delivery back now (counts towards the delivery limit)."""
+        """Give back a delivery whose handling failed, now: basic.reject, one
+        tag, which every RabbitMQ version counts towards x-delivery-limit (4.3
+        counts nothing else; a nack, above all a multiple one, not at all)."""
         self.flush_acks()  # first: a later multiple=True ack must not cover this one
         with translated_errors("requeue"):
-            self._channel.basic_nack(delivery_tag=tag, requeue=True)
+            self._channel.basic_reject(delivery_tag=tag, requeue=True)
+
+    def hand_back_all(self) -> None:
+        """Give back every delivery not acked, deliberately (shutdown, Ctrl+C,
+        the prefetch): basic.nack of all of them, which RabbitMQ 4.3 does not
+        count as a failure (3.10 and 4.0 count every return anyway)."""
+        self.flush_acks()
+        with translated_errors("hand back"):
+            self._channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
 
     def keepalive(self, seconds: float = 0) -> None:
         """Let pika answer heartbeats for up to `seconds` (used while paused)."""
@@ -418,10 +428,12 @@ class Consumer:
             self._connection.process_data_events(time_limit=seconds)
 
     def close(self) -> None:
-        # Closing without ack is what hands unacked deliveries back to RabbitMQ.
+        # What is not acked goes back: nacked first, else by the close itself.
         with contextlib.suppress(Exception):
             if self._connection.is_open:
-                self.flush_acks()
+                self.hand_back_all()
+        with contextlib.suppress(Exception):
+            if self._connection.is_open:
                 self._connection.close()
 
 

@@ -1,0 +1,77 @@
+"""How a delivery goes back to RabbitMQ, observed with a recording channel
+(a fast unit test of the worker over the AMQP consumer). From RabbitMQ 4.3 a
+quorum queue counts only basic.reject towards x-delivery-limit: a failure
+must be a reject, one tag at a time; a deliberate hand-back (Ctrl+C,
+SIGTERM, the prefetch at shutdown) a nack, which 4.3 does not count."""
+
+import io
+from types import SimpleNamespace
+
+import pytest
+
+from tickets import contract
+from tickets.models import Registration
+from tickets.transport import amqp
+from tickets.worker import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class RecordingChannel:
+    """Hands out the given bodies with basic_get and records every ack, nack and reject."""
+
+    def __init__(self, bodies: list[bytes]) -> None:
+        self.bodies = list(bodies)
+        self.sent: list[tuple] = []
+
+    def basic_get(self, queue, auto_ack=False):
+        if not self.bodies:
+            return None, None, None
+        tag = len(self.sent) + 100 + len(self.bodies)
+        method = SimpleNamespace(delivery_tag=tag, redelivered=False)
+        return method, SimpleNamespace(headers={}, message_id="m"), self.bodies.pop(0)
+
+    def basic_ack(self, delivery_tag, multiple=False):
+        self.sent.append(("ack", delivery_tag, multiple))
+
+    def basic_nack(self, delivery_tag, multiple=False, requeue=True):
+        self.sent.append(("nack", delivery_tag, multiple, requeue))
+
+    def basic_reject(self, delivery_tag, requeue=True):
+        self.sent.append(("reject", delivery_tag, requeue))
+
+
+def recording_worker(handler, registration: Registration) -> tuple[Worker, RecordingChannel]:
+    channel = RecordingChannel([contract.encode(registration_id=registration.pk, name=registration.name)])
+    consumer = amqp.Consumer.__new__(amqp.Consumer)
+    consumer._channel, consumer._prefetch, consumer.lost = channel, 1, []
+    consumer._deferred_tag = consumer._deferred_count = 0
+    consumer._connection = SimpleNamespace(is_open=True, close=lambda: None)
+    worker = Worker(handler=handler, stdout=io.StringIO())
+    worker.consumer = consumer
+    return worker, channel
+
+
+def test_a_failed_delivery_is_rejected_and_what_is_left_at_close_is_nacked(settings):
+    settings.NIGHTJAR_DELIVERY_LIMIT = 5
+
+    def failing(message, ack, pause=None):
+        raise RuntimeError("the handler broke")
+
+    worker, channel = recording_worker(failing, Registration.objects.create(name="Failing Guest"))
+    with pytest.raises(RuntimeError):
+        worker.take_one()
+    worker.close()
+    tag = channel.sent[0][1]
+    assert channel.sent == [("reject", tag, True), ("nack", 0, True, True)]
+
+
+def test_a_ctrl_c_hands_the_delivery_back_with_a_nack_not_a_reject():
+    def interrupted(message, ack, pause=None):
+        raise KeyboardInterrupt  # what Ctrl+C at a checkpoint raises
+
+    worker, channel = recording_worker(interrupted, Registration.objects.create(name="Interrupted Guest"))
+    with pytest.raises(KeyboardInterrupt):
+        worker.take_one()
+    worker.close()
+    assert channel.sent == [("nack", 0, True, True)]
