@@ -85,6 +85,15 @@ def connect() -> tuple[pika.BlockingConnection, str]:
     return pika.BlockingConnection(last), f"{last.host}:{last.port}"
 
 
+class Refused(BrokerError):
+    """RabbitMQ answered and nacked the publish (a quorum queue electing a new
+    leader, an overflow policy): the broker is there, so no backoff."""
+
+
+# Between two tries of a refused publish, while the caller's deadline allows.
+REFUSED_RETRY_PAUSE = 0.1
+
+
 def _is_broker_failure(error: Exception) -> bool:
     """pika's own exceptions (several families, some not AMQPError, such as
     AMQPConnectorStackTimeout) and socket errors: everything that means the
@@ -102,7 +111,7 @@ def translated_errors(action: str) -> Iterator[None]:
     except pika.exceptions.UnroutableError:
         raise BrokerError(f"RabbitMQ could not route the message ({action}): is the queue there?") from None
     except pika.exceptions.NackError:
-        raise BrokerError(f"RabbitMQ refused the message ({action}).") from None
+        raise Refused(f"RabbitMQ refused the message ({action}).") from None
     except Exception as error:
         if not _is_broker_failure(error):
             raise
@@ -155,9 +164,11 @@ def declare(channel):
 class _Publication:
     """One publish handed to the publisher thread, and its outcome."""
 
-    def __init__(self, body: bytes, message_id: str) -> None:
+    def __init__(self, body: bytes, message_id: str, deadline: float) -> None:
         self.body = body
         self.message_id = message_id
+        self.deadline = deadline  # time.monotonic() when the caller stops waiting
+        self.refusals = 0
         self.error: BrokerError | None = None
         self.done = threading.Event()
 
@@ -193,9 +204,13 @@ class _PublisherThread(threading.Thread):
 
     def publish(self, job: _Publication) -> None:
         # A reused connection may have died while idle: one reconnect, then
-        # give up. A fresh connection that fails gets no second try.
+        # give up. A fresh connection that fails gets no second try. A refusal
+        # (a nack: during a quorum leader election) is tried again, on a fresh
+        # connection (maybe another node), as long as the caller waits.
         attempts = 2 if self.connection is not None else 1
-        for attempt in range(1, attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 with translated_errors("publish"):
                     channel = self.open()
@@ -213,9 +228,18 @@ class _PublisherThread(threading.Thread):
                         mandatory=True,
                     )
                 return
+            except Refused:
+                self.close()
+                job.refusals += 1
+                pause = min(REFUSED_RETRY_PAUSE * job.refusals, 1.0)
+                if time.monotonic() + pause >= job.deadline:
+                    raise
+                time.sleep(pause)
+                attempt = 0  # the broker answered: the next connection is a fresh start
+                attempts = 1
             except BrokerError:
                 # Blocked: keep the connection, it will hear connection.unblocked.
-                # Anything else (a nack too) gets a fresh connection next time.
+                # Anything else gets a fresh connection next time.
                 if not self.blocked:
                     self.close()
                 if attempt == attempts or self.blocked:
@@ -270,18 +294,21 @@ class Publisher:
             if self._current is not None:
                 # The thread is still waiting on a publish an earlier caller gave up on.
                 raise BrokerError("RabbitMQ has not answered an earlier publish yet; this one is left for reconcile.")
-            job = self._current = _Publication(body, message_id)
+            job = self._current = _Publication(body, message_id, deadline)
             if self._thread is None:
                 self._thread = _PublisherThread(self._finished)
                 self._thread.start()
             self._thread.jobs.put(job)
             if not job.done.wait(max(deadline - time.monotonic(), 0)):
-                self._backoff.failed()
+                if not job.refusals:  # refused and tried again until now: the broker is there
+                    self._backoff.failed()
                 raise BrokerError(
                     f"RabbitMQ at {masked_url()} did not confirm within {timeout:g} s; left for reconcile."
                 )
             if job.error is not None:
-                self._backoff.failed()
+                # Only a broker that cannot be reached makes the next publishes skip it.
+                if not isinstance(job.error, Refused):
+                    self._backoff.failed()
                 raise job.error
             self._backoff.succeeded()
         finally:
