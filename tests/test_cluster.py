@@ -336,6 +336,40 @@ def test_killing_the_leader_and_then_the_workers_node_loses_nothing_and_duplicat
     check_the_outcome(load, procs)
 
 
+@pytest.mark.parametrize("reconcile_every", [None, 5.0], ids=["no-reconcile-timer", "reconcile-every-5s"])
+def test_registrations_right_after_the_leader_is_killed_each_get_one_ticket(
+    on_cluster, workers, reconcile_every, caplog
+):
+    """The figure the operator cares about: from kill -9 of the quorum queue's
+    leader to the last ticket of three registrations posted right after it. A
+    publish refused during the election is tried again within its deadline,
+    so they need not wait for reconcile. Printed, not asserted (timings
+    belong in benchmarks); the assertion is one ticket each."""
+    caplog.set_level("INFO", logger="tickets")
+    timer = ["--reconcile-every", str(reconcile_every), "--older-than", "2"] if reconcile_every else []
+    worker = workers.start("--serve", "--prefetch", "10", *timer)
+    worker.wait_for("Serving")
+    services.register_guest(name="Before The Kill")  # this process's publisher is connected
+    leader = on_cluster.leader(transport.queue_name())
+    on_cluster.kill(leader)
+    killed = time.monotonic()
+    guests = [services.register_guest(name=f"After The Kill {n}") for n in range(3)]
+    while Ticket.objects.filter(registration__in=guests).count() < 3 and time.monotonic() - killed < 90:
+        time.sleep(0.1)
+    got = Ticket.objects.filter(registration__in=guests).count()
+    figure = f"{time.monotonic() - killed:.1f} s" if got == 3 else f"only {got} of 3 within 90 s"
+    refused = sum("refused a publish" in record.getMessage() for record in caplog.records)
+    unpublished = sum("stored but not published" in record.getMessage() for record in caplog.records)
+    print(
+        f"leader node {leader} killed; last ticket of the three after: {figure} (reconcile timer {reconcile_every}; "
+        f"{refused} refusal(s) tried again, {unpublished} publish(es) left for reconcile)"
+    )
+    on_cluster.start(leader)
+    finish_and_audit(4)
+    assert all(guest.tickets.count() == 1 for guest in guests)
+    assert worker.proc.poll() is None, "the worker died"
+
+
 def test_with_quorum_lost_guests_still_get_their_page_and_everything_is_finished_afterwards(
     on_cluster, two_webs, workers
 ):

@@ -10,13 +10,14 @@ import pytest
 
 from tests.conftest import ROOT
 from tickets import services
+from tickets.models import DeliveryFailure
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.mark.parametrize(
     "command",
-    [["status"], ["audit"], ["parked"], ["reconcile", "--older-than", "3600"], ["help"]],
+    [["status"], ["audit"], ["parked"], ["reconcile", "--older-than", "3600"], ["worker", "--drain"], ["help"]],
     ids=lambda command: command[0],
 )
 def test_a_command_whose_reader_went_away_exits_quietly(worker_env, command):
@@ -37,3 +38,5 @@ def test_a_command_whose_reader_went_away_exits_quietly(worker_env, command):
         os.close(write)
     assert result.returncode == 141, result.stderr
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
+    # A worker whose output went nowhere recorded no failure for it and gave its delivery back.
+    assert not DeliveryFailure.objects.exists()

@@ -363,8 +363,8 @@ class Worker:
             else:
                 self.process(work)
             return []
-        except transport.BrokerError:
-            raise
+        except (transport.BrokerError, BrokenPipeError):
+            raise  # the broker, or the reader of our output (`worker | head`): not this delivery's failure
         except Exception as error:
             if isinstance(work, list) and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))

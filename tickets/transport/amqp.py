@@ -234,6 +234,7 @@ class _PublisherThread(threading.Thread):
                 pause = min(REFUSED_RETRY_PAUSE * job.refusals, 1.0)
                 if time.monotonic() + pause >= job.deadline:
                     raise
+                logger.info("RabbitMQ refused a publish (%d time(s)); trying again within its deadline", job.refusals)
                 time.sleep(pause)
                 attempt = 0  # the broker answered: the next connection is a fresh start
                 attempts = 1

@@ -166,6 +166,8 @@ class Command(BaseCommand):
             raise CommandError(worker.interrupted(), returncode=130) from None
         except transport.BrokerError as error:
             raise CommandError(str(error), returncode=3) from None
+        except BrokenPipeError:
+            raise  # the reader of the output went away: manage.py exits quietly
         except Exception as error:
             # Never ack on an error: closing the connection hands the delivery back.
             logger.exception("The handler failed")
