@@ -517,6 +517,8 @@ def start_gunicorn(port: int, broker_url: str) -> subprocess.Popen:
     env = {
         **os.environ,
         "NIGHTJAR_BROKER_URL": broker_url,
+        # Debug off: the site starts only on a real key (nightjar/keys.py).
+        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
         "DJANGO_SECURE_SSL_REDIRECT": "0",
         "DJANGO_SECURE_COOKIES": "0",
         "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",

@@ -2,13 +2,21 @@
 guest sends, no guest secret reaches a log line, production refuses a public
 key, and proxy headers count only from the proxy."""
 
+import os
+import subprocess
+import sys
 import types
 import unicodedata
 
 import pytest
+import yaml
+from django.conf import settings as django_settings
+from django.core import signing
 from django.test import Client
 
-from tickets import contract
+from nightjar import keys
+from tests.conftest import ROOT
+from tickets import contract, services, views
 from tickets.models import Registration
 
 ZALGO = "a" + "\u0301" * 5000  # past any name; 1.3 million of these took a worker down
@@ -85,3 +93,88 @@ def test_a_post_the_size_of_a_long_name_is_still_read():
     name = "\u0915\u093c" * 100  # 300 code points, three bytes each, percent-encoded
     response = Client().post("/evening/", {"name": name, "submission_key": "k" * 64})
     assert response.status_code == 302
+
+
+# --- No production run on a public key -------------------------------------
+
+GOOD_KEY = "a-long-random-production-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def start_site(**env: str) -> subprocess.CompletedProcess:
+    """Import the WSGI application as gunicorn does, with debug off."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "NIGHTJAR_", "RABBITMQ_"))}
+    return subprocess.run(
+        [sys.executable, "-c", "import nightjar.wsgi"],
+        cwd=ROOT,
+        env={**clean, "DJANGO_DEBUG": "0", **env},
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        None,
+        "",
+        "short-key",
+        "django-insecure-local-only-never-deploy-this-key",
+        "change-me-compose-only-not-for-production-use",
+        "x" * 60,
+    ],
+)
+def test_the_site_refuses_to_start_on_a_missing_short_or_public_key(key):
+    result = start_site(**({} if key is None else {"DJANGO_SECRET_KEY": key}))
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert "the site will not start on a key anyone can read" in result.stderr
+
+
+def test_the_site_starts_on_a_long_random_key_and_in_debug_without_one():
+    assert start_site(DJANGO_SECRET_KEY=GOOD_KEY).returncode == 0
+    assert start_site(DJANGO_DEBUG="1").returncode == 0
+
+
+def test_docker_compose_has_no_fallback_key():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    key = compose["services"]["web"]["environment"]["DJANGO_SECRET_KEY"]
+    assert key.startswith("${DJANGO_SECRET_KEY:?")
+    for public in keys.PUBLIC_KEYS:
+        assert public not in (ROOT / "docker-compose.yml").read_text()
+
+
+def forged_session(data) -> str:
+    return signing.dumps(
+        data, salt="django.contrib.sessions.backends.signed_cookies", serializer=signing.JSONSerializer, compress=True
+    )
+
+
+@pytest.mark.django_db
+def test_a_cookie_signed_with_the_key_lists_no_registration_it_cannot_prove(client, settings):
+    settings.NIGHTJAR_LAB = False
+    guests = [services.register_guest(name=f"Guest {i}", submission_key=None) for i in range(3)]
+    pks = [guest.pk for guest in guests]
+    for listed in (pks, [[pk, "not-the-secret"] for pk in pks], {"x": pks}, [[pks[0], guests[1].secret]]):
+        client.cookies[django_settings.SESSION_COOKIE_NAME] = forged_session({views.SESSION_KEY: listed})
+        page = client.get("/registrations/").content.decode()
+        for guest in guests:
+            assert guest.code not in page and guest.secret not in page
+    client.cookies[django_settings.SESSION_COOKIE_NAME] = forged_session(
+        {views.SESSION_KEY: [[pks[2], guests[2].secret]]}
+    )
+    page = client.get("/registrations/").content.decode()
+    assert guests[2].secret in page and guests[0].code not in page
+
+
+@pytest.mark.django_db
+def test_the_cookie_remembers_a_bounded_number_of_registrations(client, settings):
+    settings.NIGHTJAR_LAB = False
+    settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE = 0
+    for i in range(views.MAX_REMEMBERED + 5):
+        assert client.post("/evening/", {"name": f"Guest {i}", "submission_key": f"key{i}"}).status_code == 302
+    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+    assert len(cookie) < 4000
+    page = client.get("/registrations/").content.decode()
+    newest = Registration.objects.order_by("-id")
+    assert all(registration.secret in page for registration in newest[: views.MAX_REMEMBERED])
+    assert not any(registration.secret in page for registration in newest[views.MAX_REMEMBERED :])
