@@ -2,7 +2,9 @@
 guest sends, no guest secret reaches a log line, production refuses a public
 key, and proxy headers count only from the proxy."""
 
+import http.client
 import os
+import signal
 import subprocess
 import sys
 import types
@@ -15,7 +17,7 @@ from django.core import signing
 from django.test import Client
 
 from nightjar import keys
-from tests.conftest import ROOT
+from tests.conftest import ROOT, Guest, start_gunicorn
 from tickets import contract, services, views
 from tickets.models import Registration
 
@@ -178,3 +180,63 @@ def test_the_cookie_remembers_a_bounded_number_of_registrations(client, settings
     newest = Registration.objects.order_by("-id")
     assert all(registration.secret in page for registration in newest[: views.MAX_REMEMBERED])
     assert not any(registration.secret in page for registration in newest[views.MAX_REMEMBERED :])
+
+
+# --- No guest secret in any log line ---------------------------------------
+
+
+def raw_request(url: str, method: str, path: str, body: str = "") -> int:
+    """One request with exactly this path (no client-side quoting)."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
+    connection.request(method, path, body=body or None, headers=headers)
+    status = connection.getresponse().status
+    connection.close()
+    return status
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_log_stream_of_gunicorn_carries_a_guest_secret(worker_env):
+    env = {
+        **worker_env,
+        "DJANGO_SETTINGS_MODULE": "tests.hostile_site",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": GOOD_KEY,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_SECURE_COOKIES": "0",
+        "NIGHTJAR_LOG_FORMAT": "json",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    server, url = start_gunicorn(env, "-c", "gunicorn.conf.py", "--workers", "1", stdout=subprocess.PIPE)
+    try:
+        status, page, _ = Guest(url).register("Log Probe")
+        assert status == 200, page
+        registration = Registration.objects.get(name="Log Probe")
+        code, secret = registration.code, registration.secret
+        other = f"R-{registration.pk + 1:04d}"
+        expected = {
+            ("GET", f"/registrations/{code}/{secret}/"): 200,
+            ("HEAD", f"/registrations/{code}/{secret}/"): 405,
+            ("OPTIONS", f"/registrations/{code}/{secret}/ticket/"): 405,
+            ("POST", f"/registrations/{code}/{secret}/"): 403,  # no CSRF token
+            ("GET", f"/registrations/{other}/{secret}/"): 404,  # the right secret under a wrong ID
+            ("GET", f"/registrations/{code}/{secret}/fail/"): 500,
+            ("GET", f"/registrations/%20{code}/{secret}/"): 404,
+            ("GET", f"/registrations/{code}%09/{secret}/status.json"): 404,
+            ("GET", f"/registrations/{code.lower()}/{secret}/ticket/download/"): 404,
+            ("GET", f"/registrations/{secret}/"): 404,  # the secret in the ID's place
+            ("GET", f"/registrations/{code}/{secret}x/"): 404,
+        }
+        answered = {
+            request: raw_request(url, *request, body="name=x" if request[0] == "POST" else "") for request in expected
+        }
+        assert answered == expected
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    lines = (out + err).splitlines()
+    assert any("/registrations/" in line for line in out.splitlines())  # the access log did log them
+    assert any("Forced failure" in line for line in err.splitlines() + out.splitlines())
+    leaked = [line for line in lines if secret in line or secret[:20] in line]
+    assert leaked == [], f"{len(leaked)} log lines carry the secret"

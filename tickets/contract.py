@@ -39,10 +39,10 @@ def format_code(registration_id: int) -> str:
 
 def parse_code(code: str) -> int:
     if isinstance(code, str):
-        code_ = code.strip()
-        match = CODE_PATTERN.fullmatch(code_)
-        # Only the canonical spelling: R-0002 and R-00002 must not both name one registration.
-        if match is not None and (number := int(match.group(1))) and format_code(number) == code_:
+        match = CODE_PATTERN.fullmatch(code)
+        # Only the canonical spelling: R-0002 and R-00002 (or " R-0002", "R-0002\t")
+        # must not both name one registration, nor slip past the logs' mask.
+        if match is not None and (number := int(match.group(1))) and format_code(number) == code:
             return number
     raise ContractError(f"{code!r} is not a registration ID like R-0002.")
 
