@@ -4,3 +4,5 @@ one more guest URL whose view fails (tests/hostile_urls.py)."""
 from nightjar.settings import *  # noqa: F403
 
 ROOT_URLCONF = "tests.hostile_urls"
+# Debug is off, yet the test run has no collectstatic manifest: plain names.
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405

@@ -13,13 +13,14 @@ import unicodedata
 import pytest
 import yaml
 from django.conf import settings as django_settings
+from django.contrib.auth.models import User
 from django.core import signing
 from django.test import Client
 
 from nightjar import keys
 from tests.conftest import ROOT, Guest, start_gunicorn
 from tickets import contract, services, views
-from tickets.models import Registration
+from tickets.models import Registration, Ticket
 
 ZALGO = "a" + "\u0301" * 5000  # past any name; 1.3 million of these took a worker down
 
@@ -240,3 +241,25 @@ def test_no_log_stream_of_gunicorn_carries_a_guest_secret(worker_env):
     assert any("Forced failure" in line for line in err.splitlines() + out.splitlines())
     leaked = [line for line in lines if secret in line or secret[:20] in line]
     assert leaked == [], f"{len(leaked)} log lines carry the secret"
+
+
+# --- Smaller -----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_guest_pages_with_the_secret_in_their_url_are_never_cached(client):
+    registration = services.register_guest(name="Cache Probe", submission_key=None)
+    base = f"/registrations/{registration.code}/{registration.secret}/"
+    Ticket.objects.create(registration=registration, name=registration.name)
+    for path in (base, base + "status.json", base + "ticket/", base + "ticket/download/"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert "no-store" in response.get("Cache-Control", ""), path
+
+
+@pytest.mark.django_db
+def test_metrics_need_the_permission_to_view_registrations():
+    user = User.objects.create_user("clerk", password="correct horse battery staple", is_staff=True)
+    staff = Client()
+    staff.force_login(user)
+    assert staff.get("/metrics").status_code == 403

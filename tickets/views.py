@@ -135,6 +135,7 @@ def registration_list(request):
 
 
 @require_GET
+@never_cache  # the secret is in the URL: no cache may keep the page
 def registration_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
@@ -152,6 +153,7 @@ def registration_status(request, code: str, secret: str):
 
 
 @require_GET
+@never_cache  # the secret is in the URL: no cache may keep the page
 def ticket_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
@@ -162,6 +164,7 @@ def ticket_detail(request, code: str, secret: str):
 
 
 @require_GET
+@never_cache  # the secret is in the URL: no cache may keep the page
 def ticket_download(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
@@ -197,12 +200,13 @@ def healthz_ready(request):
 @require_GET
 @never_cache
 def metrics_view(request):
-    """Prometheus scrapes: staff signed in, or `Authorization: Bearer` with
-    NIGHTJAR_METRICS_TOKEN. Anyone else gets 403 and no numbers."""
-    staff = request.user.is_authenticated and request.user.is_staff
+    """Prometheus scrapes: staff signed in who may view registrations, or
+    `Authorization: Bearer` with NIGHTJAR_METRICS_TOKEN. Anyone else gets 403
+    and no numbers."""
+    staff = request.user.is_staff and request.user.has_perm("tickets.view_registration")
     if not staff and not metrics.token_matches(request.headers.get("Authorization", "")):
         return HttpResponse(
-            "Metrics are for staff: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
+            "Metrics are for staff who may view registrations: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
             status=403,
             content_type="text/plain; charset=utf-8",
         )
