@@ -265,3 +265,9 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = envint("DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS", 1
 # The key as given (empty when unset): nightjar/wsgi.py refuses to serve with
 # debug off on a missing, short or public one (nightjar/keys.py).
 NIGHTJAR_SECRET_KEY_GIVEN = os.environ.get("DJANGO_SECRET_KEY", "")
+
+# --- Hostile traffic (issue 23): proxy headers only from the proxy ----------
+# Addresses or networks (comma-separated) of the TLS proxy: X-Forwarded-Proto
+# and X-Forwarded-For count only on connections from them (nightjar/middleware.py).
+NIGHTJAR_TRUSTED_PROXIES = envlist("NIGHTJAR_TRUSTED_PROXIES", "127.0.0.1,::1")
+MIDDLEWARE = ["nightjar.middleware.TrustedProxyHeaders", *MIDDLEWARE]

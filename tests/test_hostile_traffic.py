@@ -263,3 +263,53 @@ def test_metrics_need_the_permission_to_view_registrations():
     staff = Client()
     staff.force_login(user)
     assert staff.get("/metrics").status_code == 403
+
+
+# --- Trust proxy headers only from the proxy --------------------------------
+
+PROXY = "192.0.2.10"
+OUTSIDER = "203.0.113.9"
+
+
+@pytest.fixture
+def behind_proxy(settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_SSL_REDIRECT = True
+    settings.NIGHTJAR_TRUSTED_PROXIES = [PROXY]
+    settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE = 3
+    return settings
+
+
+@pytest.mark.django_db
+def test_x_forwarded_proto_counts_from_the_proxy_only(client, behind_proxy):
+    assert client.get("/visit/", HTTP_X_FORWARDED_PROTO="https", REMOTE_ADDR=PROXY).status_code == 200
+    forged = client.get("/visit/", HTTP_X_FORWARDED_PROTO="https", REMOTE_ADDR=OUTSIDER)
+    assert forged.status_code == 301 and forged["Location"].startswith("https://")
+
+
+@pytest.mark.django_db
+def test_x_forwarded_for_counts_from_the_proxy_only(behind_proxy):
+    def post(remote: str, forwarded: str) -> int:
+        response = Client().post(
+            "/evening/",
+            {"name": "Rate Probe", "submission_key": forwarded.replace(".", "")},
+            secure=True,
+            REMOTE_ADDR=remote,
+            HTTP_X_FORWARDED_FOR=forwarded,
+            HTTP_X_FORWARDED_PROTO="https",
+        )
+        return response.status_code
+
+    # Through the proxy, each client has its own count.
+    assert [post(PROXY, f"198.51.100.{i}") for i in range(6)] == [302] * 6
+    # Straight to gunicorn, a forged header changes nothing: one client, one count.
+    assert [post(OUTSIDER, f"198.51.100.{i}") for i in range(10, 16)] == [302] * 3 + [429] * 3
+
+
+def test_gunicorn_faces_only_a_buffering_proxy():
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    assert "option http-buffer-request" in guide and "proxy_request_buffering" in guide
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert all(port.startswith("127.0.0.1:") for port in compose["services"]["web"]["ports"])
+    config = (ROOT / "gunicorn.conf.py").read_text()
+    assert 'os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")' in config
