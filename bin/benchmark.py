@@ -17,6 +17,8 @@ figures as JSON (default benchmark.json):
   redis      the same raw ceilings, workers and web path on Redis Streams (a redis-server of its own)
   postgres   the raw ceilings, workers (1, 2, 4 processes) and web path on PostgreSQL (a cluster of its own)
   desk       what the operations desk costs the worker: its reports on and off, metrics per delivery
+  names      the name check on hostile names: the worst name a guest can send, and clusters() on
+             10x the input within 30x the time (linear, with room for noise; quadratic would be 100x)
   pairs      the targets' ratios measured pairwise: each run measures the raw ceilings and then the
              worker right after them (per delivery and batch; on Redis Streams too), so the machine's
              drift between minutes hits both alike; reported as the median of the per-run ratios
@@ -515,6 +517,8 @@ def start_gunicorn(port: int, broker_url: str) -> subprocess.Popen:
     env = {
         **os.environ,
         "NIGHTJAR_BROKER_URL": broker_url,
+        # Debug off: the site starts only on a real key (nightjar/keys.py).
+        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
         "DJANGO_SECURE_SSL_REDIRECT": "0",
         "DJANGO_SECURE_COOKIES": "0",
         "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
@@ -820,6 +824,31 @@ def bench_redis_pairs(n: int) -> None:
         run_pairs("redis_pairs", rows, n)
 
 
+def bench_names() -> None:
+    """Issue 23: one request's name check is bounded, and clusters() is linear."""
+
+    def microseconds(function, text: str) -> float:
+        return seconds(function, text) * 1e6
+
+    def seconds(function, text: str) -> float:
+        start = time.perf_counter()
+        with contextlib.suppress(contract.ContractError):
+            function(text)
+        return time.perf_counter() - start
+
+    worst = "a" + "\u0301" * 1_300_000  # 2.6 MB: once 30 s of a worker
+    record(
+        "names_worst",
+        "clean_name of 'a' + 1.3M combining marks",
+        [microseconds(contract.clean_name, worst) for _ in range(RUNS)],
+        "µs",
+    )
+    small, large = "a\u0301\u200d" * 20_000, "a\u0301\u200d" * 200_000
+    ratio = [seconds(contract.clusters, large) / seconds(contract.clusters, small) for _ in range(RUNS)]
+    record("names_linear", "clusters(): time of 10x input / time of 1x", ratio, "x")
+    assert statistics.median(ratio) < 30, f"clusters() grew {statistics.median(ratio):.0f}x for 10x input"
+
+
 def bench_postgres(quick: bool, sections: list[str]) -> None:
     """The raw ceilings, the workers (1, 2 and 4 processes) and the web path on
     PostgreSQL, in the same run: this script again, on a cluster of its own."""
@@ -862,7 +891,20 @@ def bench_postgres(quick: bool, sections: list[str]) -> None:
 def main() -> int:
     global RUNS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sections = ["raw", "worker", "batch", "latency", "web", "memory", "backlog", "redis", "postgres", "desk", "pairs"]
+    sections = [
+        "raw",
+        "worker",
+        "batch",
+        "latency",
+        "web",
+        "memory",
+        "backlog",
+        "redis",
+        "postgres",
+        "desk",
+        "names",
+        "pairs",
+    ]
     parser.add_argument("--only", nargs="+", choices=sections, default=sections)
     parser.add_argument("--quick", action="store_true", help="Smaller N and 1 run each (a smoke test, not figures).")
     parser.add_argument("--json", default="benchmark.json", help="Where to write the figures (default benchmark.json).")
@@ -907,6 +949,8 @@ def main() -> int:
             bench_postgres(args.quick, args.only)
         if "desk" in args.only:
             bench_desk(n)
+        if "names" in args.only:
+            bench_names()
         if "pairs" in args.only:
             bench_pairs(n)
             if connection.vendor == "sqlite":  # Redis pairs once, with SQLite, as the redis rows

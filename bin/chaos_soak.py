@@ -23,6 +23,7 @@ import http.cookiejar
 import os
 import random
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -87,6 +88,8 @@ class Soak:
             "DATABASE_URL": database_url,
             "NIGHTJAR_QUEUE": "nightjar.chaos",
             "DJANGO_DEBUG": "0",
+            # Debug off: the site starts only on a real key (nightjar/keys.py).
+            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
             "DJANGO_SECURE_SSL_REDIRECT": "0",
             "DJANGO_SECURE_COOKIES": "0",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",

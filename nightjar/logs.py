@@ -10,22 +10,46 @@ from pythonjsonlogger.json import JsonFormatter as LibraryJsonFormatter
 
 URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", re.IGNORECASE)
 # A guest's URL carries the registration's secret: logs show the ID only.
-GUEST_SECRET = re.compile(r"(/registrations/R-\d+/)[^/\s\"?]+")
+# Whatever stands in the secret's place is masked, however odd the ID before
+# it; and anything shaped like a secret (32 random bytes, URL-safe: 43
+# characters) is masked wherever it stands, e.g. in the ID's place.
+GUEST_SECRET = re.compile(r"(/registrations/[^/\s\"]*/)[^/\s\"?]+")
+SECRET_SHAPE = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{40,64}(?![A-Za-z0-9_-])")
+# LogRecord attributes that hold no guest text (numbers, names of code).
+PLAIN_TYPES = (int, float, bool, type(None))
 # What an access log line carries as fields, from gunicorn's atoms.
 ACCESS_FIELDS = {"h": "remote", "m": "method", "U": "path", "s": "status", "B": "bytes", "M": "duration_ms"}
 
 
 def mask(text: str) -> str:
-    return GUEST_SECRET.sub(r"\1***", URL_PASSWORD.sub(r"\1***@", text))
+    return SECRET_SHAPE.sub("***", GUEST_SECRET.sub(r"\1***", URL_PASSWORD.sub(r"\1***@", text)))
+
+
+def masked_value(value):
+    """A record attribute as a log may show it: text masked; a request (Django
+    attaches one to django.request and django.security records, and the JSON
+    formatter would write its str()) reduced to its method and masked path;
+    any other object to its masked text."""
+    if isinstance(value, PLAIN_TYPES):
+        return value
+    if isinstance(value, str):
+        return mask(value)
+    if hasattr(value, "get_full_path") and hasattr(value, "method"):
+        return mask(f"{value.method} {value.path}")
+    return mask(str(value))
 
 
 class MaskSecrets(logging.Filter):
+    """Every attribute of the record, whatever its type, leaves masked:
+    the message, its arguments, extra= fields. Tracebacks are masked by
+    the formatters (JsonFormatter.formatException)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = mask(record.getMessage())
         record.args = None
-        for key, value in vars(record).items():
-            if isinstance(value, str) and key != "msg" and ("://" in value or "/registrations/" in value):
-                setattr(record, key, mask(value))
+        for key, value in list(vars(record).items()):
+            if key not in ("msg", "args", "exc_info"):
+                setattr(record, key, masked_value(value))
         return True
 
 

@@ -253,3 +253,21 @@ NIGHTJAR_WORKER_GONE_SECONDS = envfloat("NIGHTJAR_WORKER_GONE_SECONDS", 30.0, mi
 NIGHTJAR_WORKER_REPORT_DAYS = envfloat("NIGHTJAR_WORKER_REPORT_DAYS", 7.0)
 # /metrics answers staff (logged in) and `Authorization: Bearer <token>`; empty: staff only.
 NIGHTJAR_METRICS_TOKEN = os.environ.get("NIGHTJAR_METRICS_TOKEN", "")
+
+# --- Hostile traffic (issue 23): bounded work per request -------------------
+# The largest form body Django reads: the evening form's longest name (300
+# code points, percent-encoded UTF-8) is under 4 KB and the admin's forms
+# and actions under a few more; a bigger body is a 400 before it is parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 64 * 1024, minimum=8 * 1024)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = envint("DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS", 1000, minimum=100)
+
+# --- Hostile traffic (issue 23): no production run on a public key ----------
+# The key as given (empty when unset): nightjar/wsgi.py refuses to serve with
+# debug off on a missing, short or public one (nightjar/keys.py).
+NIGHTJAR_SECRET_KEY_GIVEN = os.environ.get("DJANGO_SECRET_KEY", "")
+
+# --- Hostile traffic (issue 23): proxy headers only from the proxy ----------
+# Addresses or networks (comma-separated) of the TLS proxy: X-Forwarded-Proto
+# and X-Forwarded-For count only on connections from them (nightjar/middleware.py).
+NIGHTJAR_TRUSTED_PROXIES = envlist("NIGHTJAR_TRUSTED_PROXIES", "127.0.0.1,::1")
+MIDDLEWARE = ["nightjar.middleware.TrustedProxyHeaders", *MIDDLEWARE]

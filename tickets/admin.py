@@ -129,7 +129,7 @@ class RegistrationAdmin(admin.ModelAdmin):
 
     def get_search_results(self, request, queryset, search_term):
         try:
-            return queryset.filter(pk=contract.parse_code(search_term)), False
+            return queryset.filter(pk=contract.parse_code(search_term.strip())), False
         except contract.ContractError:
             return super().get_search_results(request, queryset, search_term)
 

@@ -15,6 +15,15 @@ VERSION = 1
 MAX_NAME_LENGTH = 100
 # NFC can make a name up to three times longer in code points; the columns hold that.
 MAX_NAME_CODE_POINTS = 3 * MAX_NAME_LENGTH
+# The most a guest's raw text may hold before any per-character work: what
+# NFC could shrink to MAX_NAME_CODE_POINTS, with room for surrounding spaces.
+# Anything longer is refused at once, whatever it contains.
+MAX_RAW_NAME_CODE_POINTS = 4 * MAX_NAME_CODE_POINTS
+# Combining marks and joined pieces a cluster may carry and still count as
+# one character (a Vietnamese letter has two marks, a family emoji six joined
+# code points); each one beyond counts as a character of its own, so one
+# letter with 299 combining marks is not "one character".
+FREE_CODE_POINTS_PER_CLUSTER = 7
 MAX_BODY_BYTES = 4096
 KEYS = frozenset({"v", "id", "name"})
 CODE_PATTERN = re.compile(r"R-(\d{4,12})")
@@ -30,10 +39,10 @@ def format_code(registration_id: int) -> str:
 
 def parse_code(code: str) -> int:
     if isinstance(code, str):
-        code_ = code.strip()
-        match = CODE_PATTERN.fullmatch(code_)
-        # Only the canonical spelling: R-0002 and R-00002 must not both name one registration.
-        if match is not None and (number := int(match.group(1))) and format_code(number) == code_:
+        match = CODE_PATTERN.fullmatch(code)
+        # Only the canonical spelling: R-0002 and R-00002 (or " R-0002", "R-0002\t")
+        # must not both name one registration, nor slip past the logs' mask.
+        if match is not None and (number := int(match.group(1))) and format_code(number) == code:
             return number
     raise ContractError(f"{code!r} is not a registration ID like R-0002.")
 
@@ -50,29 +59,36 @@ BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
 
 def clusters(text: str) -> list[str]:
     """Characters as a reader sees them (close to Unicode's grapheme clusters):
-    a letter with its combining marks, an emoji joined by ZWJ to the next."""
+    a letter with its combining marks, an emoji joined by ZWJ to the next.
+    Linear in the text: each cluster is joined once, never grown by copying."""
     parts: list[str] = []
-    for ch in text:
-        joins = parts and (
-            unicodedata.category(ch).startswith("M") or ch in "\u200c\u200d" or parts[-1][-1] == "\u200d"
-        )
-        if joins:
-            parts[-1] += ch
-        else:
-            parts.append(ch)
+    start = 0
+    previous = ""
+    for index, ch in enumerate(text):
+        joins = index > 0 and (unicodedata.category(ch).startswith("M") or ch in "\u200c\u200d" or previous == "\u200d")
+        if not joins and index > 0:
+            parts.append(text[start:index])
+            start = index
+        previous = ch
+    if text:
+        parts.append(text[start:])
     return parts
 
 
 def name_length(name: str) -> int:
     """Characters as a guest counts them: NFC's expansion (U+0958 -> U+0915
-    U+093C) and an emoji sequence (woman, ZWJ, microscope) count once."""
-    return len(clusters(name))
+    U+093C) and an emoji sequence (woman, ZWJ, microscope) count once; code
+    points beyond FREE_CODE_POINTS_PER_CLUSTER in one cluster count each."""
+    return sum(1 + max(0, len(cluster) - FREE_CODE_POINTS_PER_CLUSTER) for cluster in clusters(name))
 
 
 def clean_name(value: str) -> str:
     """Return the guest name as it is stored, or raise ContractError saying why not."""
     if not isinstance(value, str):
         raise ContractError("The guest name must be text.")
+    if len(value) > MAX_RAW_NAME_CODE_POINTS:
+        # Before NFC or any per-character look: the work per request stays bounded.
+        raise ContractError(f"The guest name can be at most {MAX_NAME_LENGTH} characters.")
     if value.isascii() and value.isprintable():
         # The common case, quickly: printable ASCII is already NFC and has no
         # control, format or bidi characters, and one code point per character.

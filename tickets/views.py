@@ -93,11 +93,30 @@ def evening(request):
     return render(request, "tickets/evening.html", {"form": form}, status=200)
 
 
+# The most registrations one browser's cookie remembers (about 50 bytes
+# each): the signed session cookie stays well under browsers' 4 KB.
+MAX_REMEMBERED = 40
+
+
+def remembered(request) -> dict[int, str]:
+    """What this browser registered, as {pk: secret}; anything else in the
+    cookie (an older form, a forged list) is ignored."""
+    entries = request.session.get(SESSION_KEY, [])
+    pairs = (
+        [entry for entry in entries if isinstance(entry, list) and len(entry) == 2] if isinstance(entries, list) else []
+    )
+    return {pk: secret for pk, secret in pairs[-MAX_REMEMBERED:] if isinstance(pk, int) and isinstance(secret, str)}
+
+
 def remember(request, registration: Registration) -> None:
-    """The "Your registrations" page lists what this browser registered."""
-    seen = request.session.get(SESSION_KEY, [])
-    if registration.pk not in seen:
-        request.session[SESSION_KEY] = [*seen, registration.pk][-200:]
+    """The "Your registrations" page lists what this browser registered. The
+    cookie holds each one's secret too: the list grants nothing by itself
+    (a cookie signed with a leaked key names only registrations it can prove)."""
+    seen = remembered(request)
+    if seen.get(registration.pk) != registration.secret:
+        seen.pop(registration.pk, None)
+        seen[registration.pk] = registration.secret
+        request.session[SESSION_KEY] = [[pk, secret] for pk, secret in seen.items()][-MAX_REMEMBERED:]
 
 
 @require_GET
@@ -105,12 +124,18 @@ def registration_list(request):
     if settings.NIGHTJAR_LAB:
         registrations = Registration.objects.order_by("-id")[:500]
     else:
-        registrations = Registration.objects.filter(pk__in=request.session.get(SESSION_KEY, [])).order_by("-id")
+        seen = remembered(request)
+        registrations = [
+            registration
+            for registration in Registration.objects.filter(pk__in=seen).order_by("-id")
+            if registration.secret_matches(seen[registration.pk])
+        ]
     rows = [(registration, registration_url(registration)) for registration in registrations]
     return render(request, "tickets/registrations.html", {"rows": rows, "lab": settings.NIGHTJAR_LAB})
 
 
 @require_GET
+@never_cache  # the secret is in the URL: no cache may keep the page
 def registration_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
@@ -128,6 +153,7 @@ def registration_status(request, code: str, secret: str):
 
 
 @require_GET
+@never_cache  # the secret is in the URL: no cache may keep the page
 def ticket_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
@@ -138,6 +164,7 @@ def ticket_detail(request, code: str, secret: str):
 
 
 @require_GET
+@never_cache  # the secret is in the URL: no cache may keep the page
 def ticket_download(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
@@ -173,12 +200,13 @@ def healthz_ready(request):
 @require_GET
 @never_cache
 def metrics_view(request):
-    """Prometheus scrapes: staff signed in, or `Authorization: Bearer` with
-    NIGHTJAR_METRICS_TOKEN. Anyone else gets 403 and no numbers."""
-    staff = request.user.is_authenticated and request.user.is_staff
+    """Prometheus scrapes: staff signed in who may view registrations, or
+    `Authorization: Bearer` with NIGHTJAR_METRICS_TOKEN. Anyone else gets 403
+    and no numbers."""
+    staff = request.user.is_staff and request.user.has_perm("tickets.view_registration")
     if not staff and not metrics.token_matches(request.headers.get("Authorization", "")):
         return HttpResponse(
-            "Metrics are for staff: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
+            "Metrics are for staff who may view registrations: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
             status=403,
             content_type="text/plain; charset=utf-8",
         )

@@ -1,0 +1,315 @@
+"""Hostile traffic (issue 23): the work of one request stays bounded whatever a
+guest sends, no guest secret reaches a log line, production refuses a public
+key, and proxy headers count only from the proxy."""
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import types
+import unicodedata
+
+import pytest
+import yaml
+from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.core import signing
+from django.test import Client
+
+from nightjar import keys
+from tests.conftest import ROOT, Guest, start_gunicorn
+from tickets import contract, services, views
+from tickets.models import Registration, Ticket
+
+ZALGO = "a" + "\u0301" * 5000  # past any name; 1.3 million of these took a worker down
+
+
+class CountingUnicodedata(types.SimpleNamespace):
+    """unicodedata as contract.py uses it, counting the characters it looks at."""
+
+    def __init__(self) -> None:
+        super().__init__(looked_at=0)
+
+    def category(self, ch):
+        self.looked_at += 1
+        return unicodedata.category(ch)
+
+    def normalize(self, form, text):
+        self.looked_at += len(text)
+        return unicodedata.normalize(form, text)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    counter = CountingUnicodedata()
+    monkeypatch.setattr(contract, "unicodedata", counter)
+    return counter
+
+
+def test_an_oversize_name_is_refused_before_any_per_character_work(counted):
+    with pytest.raises(contract.ContractError, match="at most 100 characters"):
+        contract.clean_name(ZALGO)
+    assert counted.looked_at == 0
+
+
+def test_the_characters_looked_at_grow_linearly_with_the_name(counted):
+    def looked_at(text: str) -> int:
+        counted.looked_at = 0
+        contract.clusters(text)
+        return counted.looked_at
+
+    for unit in ("a\u0301", "\U0001f469\u200d", "e\u0301\u0323 "):
+        assert looked_at(unit * 1000) <= 10 * looked_at(unit * 100) + 10
+        assert looked_at(unit * 1000) <= len(unit * 1000)
+
+
+def test_one_letter_with_299_combining_marks_is_not_one_character():
+    name = "a" + "\u0301" * 299
+    assert contract.name_length(name) > contract.MAX_NAME_LENGTH
+    with pytest.raises(contract.ContractError, match="at most 100 characters"):
+        contract.clean_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Nguy\u1ec5n Th\u1ecb Minh",  # two marks on one letter
+        "Ana \U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466",  # a family: seven code points
+        "e\u0301\u0323\u0302 Ko",
+    ],
+)
+def test_real_names_with_marks_and_joiners_still_count_as_typed(name):
+    assert contract.name_length(unicodedata.normalize("NFC", name)) == len(contract.clusters(name))
+    assert contract.clean_name(name)
+
+
+@pytest.mark.django_db
+def test_a_form_post_larger_than_any_name_is_refused_unread():
+    response = Client().post("/evening/", {"name": "a" + "\u0301" * 100_000, "submission_key": "k"})
+    assert response.status_code == 400
+    assert not Registration.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_post_the_size_of_a_long_name_is_still_read():
+    name = "\u0915\u093c" * 100  # 300 code points, three bytes each, percent-encoded
+    response = Client().post("/evening/", {"name": name, "submission_key": "k" * 64})
+    assert response.status_code == 302
+
+
+# --- No production run on a public key -------------------------------------
+
+GOOD_KEY = "a-long-random-production-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def start_site(**env: str) -> subprocess.CompletedProcess:
+    """Import the WSGI application as gunicorn does, with debug off."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "NIGHTJAR_", "RABBITMQ_"))}
+    return subprocess.run(
+        [sys.executable, "-c", "import nightjar.wsgi"],
+        cwd=ROOT,
+        env={**clean, "DJANGO_DEBUG": "0", **env},
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        None,
+        "",
+        "short-key",
+        "django-insecure-local-only-never-deploy-this-key",
+        "change-me-compose-only-not-for-production-use",
+        "x" * 60,
+    ],
+)
+def test_the_site_refuses_to_start_on_a_missing_short_or_public_key(key):
+    result = start_site(**({} if key is None else {"DJANGO_SECRET_KEY": key}))
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert "the site will not start on a key anyone can read" in result.stderr
+
+
+def test_the_site_starts_on_a_long_random_key_and_in_debug_without_one():
+    assert start_site(DJANGO_SECRET_KEY=GOOD_KEY).returncode == 0
+    assert start_site(DJANGO_DEBUG="1").returncode == 0
+
+
+def test_docker_compose_has_no_fallback_key():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    key = compose["services"]["web"]["environment"]["DJANGO_SECRET_KEY"]
+    assert key.startswith("${DJANGO_SECRET_KEY:?")
+    for public in keys.PUBLIC_KEYS:
+        assert public not in (ROOT / "docker-compose.yml").read_text()
+
+
+def forged_session(data) -> str:
+    return signing.dumps(
+        data, salt="django.contrib.sessions.backends.signed_cookies", serializer=signing.JSONSerializer, compress=True
+    )
+
+
+@pytest.mark.django_db
+def test_a_cookie_signed_with_the_key_lists_no_registration_it_cannot_prove(client, settings):
+    settings.NIGHTJAR_LAB = False
+    guests = [services.register_guest(name=f"Guest {i}", submission_key=None) for i in range(3)]
+    pks = [guest.pk for guest in guests]
+    for listed in (pks, [[pk, "not-the-secret"] for pk in pks], {"x": pks}, [[pks[0], guests[1].secret]]):
+        client.cookies[django_settings.SESSION_COOKIE_NAME] = forged_session({views.SESSION_KEY: listed})
+        page = client.get("/registrations/").content.decode()
+        for guest in guests:
+            assert guest.code not in page and guest.secret not in page
+    client.cookies[django_settings.SESSION_COOKIE_NAME] = forged_session(
+        {views.SESSION_KEY: [[pks[2], guests[2].secret]]}
+    )
+    page = client.get("/registrations/").content.decode()
+    assert guests[2].secret in page and guests[0].code not in page
+
+
+@pytest.mark.django_db
+def test_the_cookie_remembers_a_bounded_number_of_registrations(client, settings):
+    settings.NIGHTJAR_LAB = False
+    settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE = 0
+    for i in range(views.MAX_REMEMBERED + 5):
+        assert client.post("/evening/", {"name": f"Guest {i}", "submission_key": f"key{i}"}).status_code == 302
+    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+    assert len(cookie) < 4000
+    page = client.get("/registrations/").content.decode()
+    newest = Registration.objects.order_by("-id")
+    assert all(registration.secret in page for registration in newest[: views.MAX_REMEMBERED])
+    assert not any(registration.secret in page for registration in newest[views.MAX_REMEMBERED :])
+
+
+# --- No guest secret in any log line ---------------------------------------
+
+
+def raw_request(url: str, method: str, path: str, body: str = "") -> int:
+    """One request with exactly this path (no client-side quoting)."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
+    connection.request(method, path, body=body or None, headers=headers)
+    status = connection.getresponse().status
+    connection.close()
+    return status
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_log_stream_of_gunicorn_carries_a_guest_secret(worker_env):
+    env = {
+        **worker_env,
+        "DJANGO_SETTINGS_MODULE": "tests.hostile_site",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": GOOD_KEY,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_SECURE_COOKIES": "0",
+        "NIGHTJAR_LOG_FORMAT": "json",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    server, url = start_gunicorn(env, "-c", "gunicorn.conf.py", "--workers", "1", stdout=subprocess.PIPE)
+    try:
+        status, page, _ = Guest(url).register("Log Probe")
+        assert status == 200, page
+        registration = Registration.objects.get(name="Log Probe")
+        code, secret = registration.code, registration.secret
+        other = f"R-{registration.pk + 1:04d}"
+        expected = {
+            ("GET", f"/registrations/{code}/{secret}/"): 200,
+            ("HEAD", f"/registrations/{code}/{secret}/"): 405,
+            ("OPTIONS", f"/registrations/{code}/{secret}/ticket/"): 405,
+            ("POST", f"/registrations/{code}/{secret}/"): 403,  # no CSRF token
+            ("GET", f"/registrations/{other}/{secret}/"): 404,  # the right secret under a wrong ID
+            ("GET", f"/registrations/{code}/{secret}/fail/"): 500,
+            ("GET", f"/registrations/%20{code}/{secret}/"): 404,
+            ("GET", f"/registrations/{code}%09/{secret}/status.json"): 404,
+            ("GET", f"/registrations/{code.lower()}/{secret}/ticket/download/"): 404,
+            ("GET", f"/registrations/{secret}/"): 404,  # the secret in the ID's place
+            ("GET", f"/registrations/{code}/{secret}x/"): 404,
+        }
+        answered = {
+            request: raw_request(url, *request, body="name=x" if request[0] == "POST" else "") for request in expected
+        }
+        assert answered == expected
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    lines = (out + err).splitlines()
+    assert any("/registrations/" in line for line in out.splitlines())  # the access log did log them
+    assert any("Forced failure" in line for line in err.splitlines() + out.splitlines())
+    leaked = [line for line in lines if secret in line or secret[:20] in line]
+    assert leaked == [], f"{len(leaked)} log lines carry the secret"
+
+
+# --- Smaller -----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_guest_pages_with_the_secret_in_their_url_are_never_cached(client):
+    registration = services.register_guest(name="Cache Probe", submission_key=None)
+    base = f"/registrations/{registration.code}/{registration.secret}/"
+    Ticket.objects.create(registration=registration, name=registration.name)
+    for path in (base, base + "status.json", base + "ticket/", base + "ticket/download/"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert "no-store" in response.get("Cache-Control", ""), path
+
+
+@pytest.mark.django_db
+def test_metrics_need_the_permission_to_view_registrations():
+    user = User.objects.create_user("clerk", password="correct horse battery staple", is_staff=True)
+    staff = Client()
+    staff.force_login(user)
+    assert staff.get("/metrics").status_code == 403
+
+
+# --- Trust proxy headers only from the proxy --------------------------------
+
+PROXY = "192.0.2.10"
+OUTSIDER = "203.0.113.9"
+
+
+@pytest.fixture
+def behind_proxy(settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_SSL_REDIRECT = True
+    settings.NIGHTJAR_TRUSTED_PROXIES = [PROXY]
+    settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE = 3
+    return settings
+
+
+@pytest.mark.django_db
+def test_x_forwarded_proto_counts_from_the_proxy_only(client, behind_proxy):
+    assert client.get("/visit/", HTTP_X_FORWARDED_PROTO="https", REMOTE_ADDR=PROXY).status_code == 200
+    forged = client.get("/visit/", HTTP_X_FORWARDED_PROTO="https", REMOTE_ADDR=OUTSIDER)
+    assert forged.status_code == 301 and forged["Location"].startswith("https://")
+
+
+@pytest.mark.django_db
+def test_x_forwarded_for_counts_from_the_proxy_only(behind_proxy):
+    def post(remote: str, forwarded: str) -> int:
+        response = Client().post(
+            "/evening/",
+            {"name": "Rate Probe", "submission_key": forwarded.replace(".", "")},
+            secure=True,
+            REMOTE_ADDR=remote,
+            HTTP_X_FORWARDED_FOR=forwarded,
+            HTTP_X_FORWARDED_PROTO="https",
+        )
+        return response.status_code
+
+    # Through the proxy, each client has its own count.
+    assert [post(PROXY, f"198.51.100.{i}") for i in range(6)] == [302] * 6
+    # Straight to gunicorn, a forged header changes nothing: one client, one count.
+    assert [post(OUTSIDER, f"198.51.100.{i}") for i in range(10, 16)] == [302] * 3 + [429] * 3
+
+
+def test_gunicorn_faces_only_a_buffering_proxy():
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    assert "option http-buffer-request" in guide and "proxy_request_buffering" in guide
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert all(port.startswith("127.0.0.1:") for port in compose["services"]["web"]["ports"])
+    config = (ROOT / "gunicorn.conf.py").read_text()
+    assert 'os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")' in config
