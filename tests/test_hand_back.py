@@ -40,6 +40,9 @@ class RecordingChannel:
     def basic_reject(self, delivery_tag, requeue=True):
         self.sent.append(("reject", delivery_tag, requeue))
 
+    def basic_cancel(self, consumer_tag):
+        self.sent.append(("cancel", consumer_tag))
+
 
 def recording_worker(handler, registration: Registration) -> tuple[Worker, RecordingChannel]:
     channel = RecordingChannel([contract.encode(registration_id=registration.pk, name=registration.name)])
@@ -75,3 +78,12 @@ def test_a_ctrl_c_hands_the_delivery_back_with_a_nack_not_a_reject():
         worker.take_one()
     worker.close()
     assert channel.sent == [("nack", 0, True, True)]
+
+
+def test_a_worker_stopping_hands_its_prefetch_back_with_one_nack_not_rejects():
+    worker, channel = recording_worker(lambda *args: None, Registration.objects.create(name="Prefetched"))
+    # What pika's BlockingChannel.consume() leaves: a consumer with deliveries buffered.
+    channel._queue_consumer_generator = SimpleNamespace(consumer_tag="ctag-1", pending_events=[])
+    worker.consumer.stop_consuming()
+    worker.close()
+    assert channel.sent == [("cancel", "ctag-1"), ("nack", 0, True, True), ("nack", 0, True, True)]
