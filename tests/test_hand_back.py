@@ -40,6 +40,9 @@ class RecordingChannel:
     def basic_reject(self, delivery_tag, requeue=True):
         self.sent.append(("reject", delivery_tag, requeue))
 
+    def basic_cancel(self, consumer_tag):
+        self.sent.append(("cancel", consumer_tag))
+
 
 def recording_worker(handler, registration: Registration) -> tuple[Worker, RecordingChannel]:
     channel = RecordingChannel([contract.encode(registration_id=registration.pk, name=registration.name)])
@@ -75,3 +78,37 @@ def test_a_ctrl_c_hands_the_delivery_back_with_a_nack_not_a_reject():
         worker.take_one()
     worker.close()
     assert channel.sent == [("nack", 0, True, True)]
+
+
+def test_a_worker_stopping_hands_its_prefetch_back_with_one_nack_not_rejects():
+    worker, channel = recording_worker(lambda *args: None, Registration.objects.create(name="Prefetched"))
+    # What pika's BlockingChannel.consume() leaves: a consumer with deliveries buffered.
+    channel._queue_consumer_generator = SimpleNamespace(consumer_tag="ctag-1", pending_events=[])
+    worker.consumer.stop_consuming()
+    worker.close()
+    assert channel.sent == [("cancel", "ctag-1"), ("nack", 0, True, True), ("nack", 0, True, True)]
+
+
+def test_a_failed_batch_retried_one_by_one_never_acks_past_its_failed_delivery(monkeypatch):
+    """Service mode defers acks into one multiple=True ack; after a batch fails,
+    the neighbours that succeed one by one must not ack the failed one with them."""
+    registration = Registration.objects.create(name="Batch Neighbour")
+    worker, channel = recording_worker(lambda *args: None, registration)
+    worker.consumer._prefetch = 10
+    worker.flush_acks = False  # service mode without checkpoints
+    monkeypatch.setattr("tickets.worker.RETRY_PAUSE", 0)
+    body = contract.encode(registration_id=registration.pk, name=registration.name)
+    batch = [amqp.Delivery(body=body, tag=tag, redelivered=False, message_id="m", attempts=0) for tag in (1, 2, 3)]
+
+    def process_batch(deliveries):
+        raise RuntimeError("the batch's transaction failed")
+
+    def process(delivery):
+        if delivery.tag == 1:
+            raise RuntimeError("this one fails alone")
+        worker.ack_current(delivery)
+
+    monkeypatch.setattr(worker, "process_batch", process_batch)
+    monkeypatch.setattr(worker, "process", process)
+    worker.process_or_hand_back(batch)
+    assert channel.sent == [("ack", 2, False), ("ack", 3, False), ("reject", 1, True)]

@@ -368,7 +368,13 @@ class Worker:
         except Exception as error:
             if isinstance(work, list) and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
-                return [failure for delivery in work for failure in self.try_process(delivery)]
+                # Each ack sent at once, for its own tag: a deferred multiple=True ack
+                # would also cover a failed neighbour not yet handed back.
+                flush, self.flush_acks = self.flush_acks, True
+                try:
+                    return [failure for delivery in work for failure in self.try_process(delivery)]
+                finally:
+                    self.flush_acks = flush
             delivery = work[0] if isinstance(work, list) else work
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1

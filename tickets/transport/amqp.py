@@ -399,10 +399,18 @@ class Consumer:
         return [body for body in (getattr(event, "body", None) for event in events) if body is not None]
 
     def stop_consuming(self) -> None:
-        # Unacked prefetched deliveries go straight back to the queue.
+        """Cancel the consumer and hand back its prefetch with one nack. Not
+        pika's cancel(): it rejects each prefetched delivery, and RabbitMQ 4.3
+        counts a reject as a failed delivery — every shutdown would count."""
         self.flush_acks()
+        generator = getattr(self._channel, "_queue_consumer_generator", None)
         with translated_errors("cancel"):
-            self._channel.cancel()
+            if generator is None or not hasattr(generator, "consumer_tag"):
+                self._channel.cancel()  # not the pika 1.x we know: its own way
+                return
+            self._channel.basic_cancel(generator.consumer_tag)
+            self._channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
+            self._channel._queue_consumer_generator = None
 
     def ack(self, tag: int, *, multiple: bool = False, flush: bool = True) -> None:
         """Ack after the commit. flush=False (service mode) defers it: one
