@@ -260,6 +260,8 @@ NIGHTJAR_METRICS_TOKEN = os.environ.get("NIGHTJAR_METRICS_TOKEN", "")
 # and actions under a few more; a bigger body is a 400 before it is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 64 * 1024, minimum=8 * 1024)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = envint("DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS", 1000, minimum=100)
+# How long /healthz/ready's answer is kept per process (0: asked every time).
+NIGHTJAR_HEALTH_CACHE_SECONDS = envfloat("NIGHTJAR_HEALTH_CACHE_SECONDS", 1.0)
 
 # --- Hostile traffic (issue 23): no production run on a public key ----------
 # The key as given (empty when unset): nightjar/wsgi.py refuses to serve with

@@ -313,3 +313,18 @@ def test_gunicorn_faces_only_a_buffering_proxy():
     assert all(port.startswith("127.0.0.1:") for port in compose["services"]["web"]["ports"])
     config = (ROOT / "gunicorn.conf.py").read_text()
     assert 'os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")' in config
+
+
+@pytest.mark.django_db
+def test_a_client_polling_readiness_costs_one_broker_look_per_second(client, monkeypatch, settings):
+    settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 1.0
+    looks, now = [], [1000.0]
+    monkeypatch.setattr(services, "dependency_health", lambda: looks.append(1) or {"database": "ok", "rabbitmq": "ok"})
+    monkeypatch.setattr(views, "clock", lambda: now[0])
+    monkeypatch.setattr(views, "_health", None)
+    for _ in range(50):
+        assert client.get("/healthz/ready").status_code == 200
+    assert len(looks) == 1
+    now[0] += 1.01
+    assert client.get("/healthz").status_code == 200
+    assert len(looks) == 2
