@@ -6,6 +6,7 @@ import base64
 import contextlib
 import http.client
 import http.server
+import io
 import os
 import signal
 import subprocess
@@ -19,12 +20,15 @@ import yaml
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core import signing
+from django.db import DatabaseError, connection
 from django.test import Client
 
 from nightjar import keys
 from tests.conftest import ROOT, Guest, start_gunicorn
 from tickets import contract, services, views
+from tickets.handler import handle
 from tickets.models import Registration, Ticket
+from tickets.worker import Worker
 
 ZALGO = "a" + "\u0301" * 5000  # past any name; 1.3 million of these took a worker down
 
@@ -426,3 +430,26 @@ def test_check_deploy_warns_of_management_credentials_over_plain_http(settings):
     for fine in ("https://rmq-1:15671/", "http://127.0.0.1:15673/", "http://localhost:15672/", ""):
         settings.RABBITMQ_MANAGEMENT_URL = fine
         assert management_api_over_plain_http(None) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_failure_on_a_read_only_session_the_worker_writes_on_a_new_connection(monkeypatch):
+    """A session opened while the database was read-only stays so (it still
+    answers SELECT 1): the worker's check after a failure must reconnect, even
+    on a persistent connection (DATABASE_URL's CONN_MAX_AGE is 60 s)."""
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
+    connection.close()
+    connection.ensure_connection()
+    worker = Worker(handler=handle, stdout=io.StringIO())
+    read_only = (
+        "PRAGMA query_only = ON"
+        if connection.vendor == "sqlite"
+        else "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(read_only)
+    with pytest.raises(DatabaseError):
+        Registration.objects.create(name="Read Only")
+    worker.connections_suspect = True  # as after any failed delivery
+    worker.check_connections()
+    assert Registration.objects.create(name="Writable Again").pk
