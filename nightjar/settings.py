@@ -260,6 +260,8 @@ NIGHTJAR_METRICS_TOKEN = os.environ.get("NIGHTJAR_METRICS_TOKEN", "")
 # and actions under a few more; a bigger body is a 400 before it is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 64 * 1024, minimum=8 * 1024)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = envint("DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS", 1000, minimum=100)
+# How long /healthz/ready's answer is kept per process (0: asked every time).
+NIGHTJAR_HEALTH_CACHE_SECONDS = envfloat("NIGHTJAR_HEALTH_CACHE_SECONDS", 1.0)
 
 # --- Hostile traffic (issue 23): no production run on a public key ----------
 # The key as given (empty when unset): nightjar/wsgi.py refuses to serve with
@@ -271,3 +273,18 @@ NIGHTJAR_SECRET_KEY_GIVEN = os.environ.get("DJANGO_SECRET_KEY", "")
 # and X-Forwarded-For count only on connections from them (nightjar/middleware.py).
 NIGHTJAR_TRUSTED_PROXIES = envlist("NIGHTJAR_TRUSTED_PROXIES", "127.0.0.1,::1")
 MIDDLEWARE = ["nightjar.middleware.TrustedProxyHeaders", *MIDDLEWARE]
+
+# --- Hostile traffic (issue 23): broker credentials stay on the broker ------
+# The management API is asked only when RABBITMQ_MANAGEMENT_URL is set, or
+# when the broker is a node on loopback as bin/rabbitmq-node starts them
+# (management on the AMQP port + 10000): never a guessed remote address.
+# RABBITMQ_MANAGEMENT_USER/_PASSWORD: a monitoring user of its own (default:
+# the AMQP user). Redirects are refused (tickets/transport/amqp.py).
+if "RABBITMQ_MANAGEMENT_URL" not in os.environ:
+    from urllib.parse import urlsplit as _urlsplit
+
+    _first_node = _urlsplit(NIGHTJAR_BROKER_URL.split(";")[0])
+    _loopback = _first_node.scheme in ("amqp", "amqps") and _first_node.hostname in ("127.0.0.1", "localhost", "::1")
+    RABBITMQ_MANAGEMENT_URL = f"http://127.0.0.1:{(_first_node.port or 5672) + 10000}/" if _loopback else ""
+RABBITMQ_MANAGEMENT_USER = os.environ.get("RABBITMQ_MANAGEMENT_USER", "")
+RABBITMQ_MANAGEMENT_PASSWORD = os.environ.get("RABBITMQ_MANAGEMENT_PASSWORD", "")

@@ -2,11 +2,16 @@
 guest sends, no guest secret reaches a log line, production refuses a public
 key, and proxy headers count only from the proxy."""
 
+import base64
+import contextlib
 import http.client
+import http.server
+import io
 import os
 import signal
 import subprocess
 import sys
+import threading
 import types
 import unicodedata
 
@@ -15,12 +20,15 @@ import yaml
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core import signing
+from django.db import DatabaseError, connection
 from django.test import Client
 
 from nightjar import keys
 from tests.conftest import ROOT, Guest, start_gunicorn
 from tickets import contract, services, views
+from tickets.handler import handle
 from tickets.models import Registration, Ticket
+from tickets.worker import Worker
 
 ZALGO = "a" + "\u0301" * 5000  # past any name; 1.3 million of these took a worker down
 
@@ -313,3 +321,135 @@ def test_gunicorn_faces_only_a_buffering_proxy():
     assert all(port.startswith("127.0.0.1:") for port in compose["services"]["web"]["ports"])
     config = (ROOT / "gunicorn.conf.py").read_text()
     assert 'os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")' in config
+
+
+@pytest.mark.django_db
+def test_a_client_polling_readiness_costs_one_broker_look_per_second(client, monkeypatch, settings):
+    settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 1.0
+    looks, now = [], [1000.0]
+    monkeypatch.setattr(services, "dependency_health", lambda: looks.append(1) or {"database": "ok", "rabbitmq": "ok"})
+    monkeypatch.setattr(views, "clock", lambda: now[0])
+    monkeypatch.setattr(views, "_health", None)
+    for _ in range(50):
+        assert client.get("/healthz/ready").status_code == 200
+    assert len(looks) == 1
+    now[0] += 1.01
+    assert client.get("/healthz").status_code == 200
+    assert len(looks) == 2
+
+
+# --- Broker credentials stay on the broker connection -----------------------
+
+
+def setting_in_a_fresh_process(name: str, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "NIGHTJAR_", "RABBITMQ_"))}
+    code = f"import django; django.setup(); from django.conf import settings; print(settings.{name})"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "nightjar.settings", **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_no_management_api_is_guessed_for_a_remote_broker():
+    remote = setting_in_a_fresh_process("RABBITMQ_MANAGEMENT_URL", NIGHTJAR_BROKER_URL="amqp://u:p@rmq-1:5672/%2F")
+    assert remote == ""
+    local = setting_in_a_fresh_process("RABBITMQ_MANAGEMENT_URL")
+    assert local == "http://127.0.0.1:15673/"  # bin/run's own node
+    given = setting_in_a_fresh_process(
+        "RABBITMQ_MANAGEMENT_URL",
+        NIGHTJAR_BROKER_URL="amqp://u:p@rmq-1/",
+        RABBITMQ_MANAGEMENT_URL="https://rmq-1:15671/",
+    )
+    assert given == "https://rmq-1:15671/"
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers GET with a redirect (to `location`) or a queue's JSON, and keeps
+    the Authorization header of every request it saw."""
+
+    seen: list = []
+    location = ""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        type(self).seen.append(self.headers.get("Authorization"))
+        if self.location:
+            self.send_response(302)
+            self.send_header("Location", self.location)
+            self.end_headers()
+        else:
+            body = b'{"messages_ready": 0, "messages_unacknowledged": 0, "consumers": 0}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def recording_server(location: str = ""):
+    handler = type("Handler", (Recorder,), {"seen": [], "location": location})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/", handler.seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_management_call_follows_no_redirect_and_can_use_its_own_user(settings):
+    from tickets.transport import amqp
+
+    settings.NIGHTJAR_BROKER_URL = "amqp://worker:amqp-password@127.0.0.1:5673/%2F"
+    with recording_server() as (elsewhere, stolen), recording_server(location=elsewhere + "x") as (management, asked):
+        settings.RABBITMQ_MANAGEMENT_URL = management
+        info, why = amqp.management_queue_info()
+        assert info is None and "redirect" in why
+        assert len(asked) == 1 and stolen == []
+        settings.RABBITMQ_MANAGEMENT_URL = elsewhere
+        settings.RABBITMQ_MANAGEMENT_USER, settings.RABBITMQ_MANAGEMENT_PASSWORD = "monitor", "monitor-password"
+        info, why = amqp.management_queue_info()
+        assert info is not None, why
+        assert base64.b64decode(stolen[-1].removeprefix("Basic ")) == b"monitor:monitor-password"
+
+
+def test_check_deploy_warns_of_management_credentials_over_plain_http(settings):
+    from tickets.checks import management_api_over_plain_http
+
+    settings.RABBITMQ_MANAGEMENT_URL = "http://rmq-1:15672/;https://rmq-2:15671/"
+    assert [warning.id for warning in management_api_over_plain_http(None)] == ["nightjar.W003"]
+    for fine in ("https://rmq-1:15671/", "http://127.0.0.1:15673/", "http://localhost:15672/", ""):
+        settings.RABBITMQ_MANAGEMENT_URL = fine
+        assert management_api_over_plain_http(None) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_failure_on_a_read_only_session_the_worker_writes_on_a_new_connection(monkeypatch):
+    """A session opened while the database was read-only stays so (it still
+    answers SELECT 1): the worker's check after a failure must reconnect, even
+    on a persistent connection (DATABASE_URL's CONN_MAX_AGE is 60 s)."""
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
+    connection.close()
+    connection.ensure_connection()
+    worker = Worker(handler=handle, stdout=io.StringIO())
+    read_only = (
+        "PRAGMA query_only = ON"
+        if connection.vendor == "sqlite"
+        else "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(read_only)
+    with pytest.raises(DatabaseError):
+        Registration.objects.create(name="Read Only")
+    worker.connections_suspect = True  # as after any failed delivery
+    worker.check_connections()
+    assert Registration.objects.create(name="Writable Again").pk

@@ -66,3 +66,31 @@ def lab_mode_off_in_production(app_configs, **kwargs):
             )
         ]
     return []
+
+
+@checks.register(deploy=True)
+def management_api_over_plain_http(app_configs, **kwargs):
+    """The management API gets the broker's credentials as HTTP Basic: over
+    plain HTTP that is readable on every network between here and there."""
+    from ipaddress import ip_address
+
+    def remote(host: str) -> bool:
+        try:
+            return not ip_address(host).is_loopback
+        except ValueError:
+            return host != "localhost"
+
+    plain = [
+        url.strip()
+        for url in settings.RABBITMQ_MANAGEMENT_URL.split(";")
+        if urlsplit(url.strip()).scheme == "http" and remote(urlsplit(url.strip()).hostname or "")
+    ]
+    if not plain:
+        return []
+    return [
+        checks.Warning(
+            "RABBITMQ_MANAGEMENT_URL sends the broker's credentials over plain HTTP to another machine.",
+            hint="Use https:// for the management API, or leave RABBITMQ_MANAGEMENT_URL unset.",
+            id="nightjar.W003",
+        )
+    ]

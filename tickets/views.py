@@ -3,6 +3,7 @@ service, and renders or redirects. Guest URLs carry the registration's secret:
 a wrong or missing secret is a 404, exactly like an unknown ID."""
 
 import logging
+import time
 
 from django.conf import settings
 from django.contrib import messages
@@ -186,11 +187,27 @@ def healthz_live(request):
     return response
 
 
+# /healthz/ready is anonymous: its answer is kept NIGHTJAR_HEALTH_CACHE_SECONDS
+# per process, so a client polling it in a loop costs one broker connection a
+# second, not hundreds.
+_health: tuple[float, dict[str, str]] | None = None
+clock = time.monotonic
+
+
+def cached_dependency_health() -> dict[str, str]:
+    global _health
+    now = clock()
+    if _health is None or not 0 <= now - _health[0] < settings.NIGHTJAR_HEALTH_CACHE_SECONDS:
+        _health = (now, services.dependency_health())
+    return _health[1]
+
+
 def healthz_ready(request):
     """Readiness and dependencies: 200 when the database and the broker
     answer, 503 otherwise; no details that could leak hosts or passwords (the
-    reason goes to the log). `/healthz` answers the same, as it always did."""
-    checks = services.dependency_health()
+    reason goes to the log). `/healthz` answers the same, as it always did.
+    The answer may be up to NIGHTJAR_HEALTH_CACHE_SECONDS old."""
+    checks = cached_dependency_health()
     healthy = all(value == "ok" for value in checks.values())
     response = JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
     response["Cache-Control"] = "no-store"

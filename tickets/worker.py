@@ -206,6 +206,11 @@ class Worker:
         """Drop a database connection that broke or outlived CONN_MAX_AGE, as
         Django does around a request: after a failure, else once a second
         (on PostgreSQL each check costs a round trip, too much per delivery)."""
+        if self.connections_suspect and not connection.in_atomic_block:
+            # After a failure, a new connection: one that still answers SELECT 1
+            # may keep a state that fails every write (a session opened while the
+            # database was read-only stays read-only until CONN_MAX_AGE).
+            connection.close()
         if self.connections_suspect or time.monotonic() - self.last_connection_check >= 1.0:
             close_old_connections()
             self.connections_suspect = False

@@ -20,8 +20,9 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from urllib.error import HTTPError
 from urllib.parse import parse_qs, quote, unquote, urljoin, urlsplit
-from urllib.request import Request, urlopen
+from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 import pika
 import pika.exceptions
@@ -507,6 +508,17 @@ def queue_counts() -> dict:
     return counts
 
 
+class _NoRedirects(HTTPRedirectHandler):
+    """A redirect from the management API is an error: following it would
+    send the credentials' Authorization header to wherever it points."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise HTTPError(req.full_url, code, f"refused a redirect to {newurl}", headers, fp)
+
+
+_MANAGEMENT_OPENER = build_opener(_NoRedirects)
+
+
 def management_queue_info() -> tuple[dict | None, str]:
     """The work queue as the management API reports it (AMQP cannot tell how
     many deliveries are unacknowledged, nor where the replicas are). Tries
@@ -517,13 +529,17 @@ def management_queue_info() -> tuple[dict | None, str]:
     amqp = urlsplit(urls()[0])
     vhost = unquote(amqp.path[1:]) if len(amqp.path) > 1 else "/"
     path = f"api/queues/{quote(vhost, safe='')}/{quote(queue_name(), safe='')}"
-    user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
+    # Management credentials of their own when given (a monitoring user), else the AMQP ones.
+    if settings.RABBITMQ_MANAGEMENT_USER:
+        user, password = settings.RABBITMQ_MANAGEMENT_USER, settings.RABBITMQ_MANAGEMENT_PASSWORD
+    else:
+        user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     errors = []
     for base in settings.RABBITMQ_MANAGEMENT_URL.split(";"):
         try:
             request = Request(urljoin(base.strip(), path), headers={"Authorization": f"Basic {token}"})
-            with urlopen(request, timeout=settings.NIGHTJAR_BROKER_TIMEOUT) as response:
+            with _MANAGEMENT_OPENER.open(request, timeout=settings.NIGHTJAR_BROKER_TIMEOUT) as response:
                 return json.load(response), ""
         except (OSError, ValueError) as error:
             errors.append(str(error))
