@@ -53,8 +53,8 @@ def shown(spec: str) -> str:
 def require_lab_mode() -> None:
     if not settings.NIGHTJAR_LAB:
         raise LabModeOff(
-            "The lab runs only in lab mode (NIGHTJAR_LAB=1, which bin/run sets); lab mode is off here, "
-            "as in production."
+            "The lab runs only in lab mode; lab mode is off here, as in production. Start the site with "
+            "bin/run in this checkout: while it runs, every terminal in the checkout is in lab mode."
         )
 
 
