@@ -150,33 +150,44 @@ def hint(reason: str) -> str:
     return "see docs/lab.md"
 
 
-def grade(handler: str) -> list[Check]:
+def grade(handler: str, decided: Callable[[Check], None] = lambda check: None) -> list[Check]:
     """The teacher's checks: the handler through verify_handler's scenarios on
-    a disposable database and queue, then the real data (read only)."""
+    a disposable database and queue, then the real data (read only).
+    `decided` gets each check the moment it is decided (a scenario takes
+    seconds), so `lab check` prints as it goes rather than all at the end."""
     from tickets import verify
 
-    lines: list[str] = []
-    status = verify.run_isolated(handler, stdout=_Collect(lines))
-    checks = []
-    for line in lines:
-        verdict, _, rest = line.partition("  ")
-        if verdict not in ("PASS", "FAIL"):
-            continue
-        scenario, _, reason = rest.partition(": ")
-        sentence = reason if verdict == "PASS" else f"{reason}; {hint(reason)}"
-        checks.append(Check(f"handler, {scenario}", verdict == "PASS", sentence))
+    checks: list[Check] = []
+
+    def add(check: Check) -> None:
+        checks.append(check)
+        decided(check)
+
+    collect = _Collect(add)
+    status = verify.run_isolated(handler, stdout=collect)
     if not checks:
-        tail = " / ".join(lines[-3:]) or f"exit status {status}"
-        checks.append(Check("handler", False, f"verify_handler could not run it ({tail})."))
-    return checks + data_checks()
+        tail = " / ".join(collect.lines[-3:]) or f"exit status {status}"
+        add(Check("handler", False, f"verify_handler could not run it ({tail})."))
+    for check in data_checks():
+        add(check)
+    return checks
 
 
 class _Collect:
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
+    """verify_handler's output, line by line: each PASS/FAIL line a check."""
+
+    def __init__(self, add: Callable[[Check], None]) -> None:
+        self.add = add
+        self.lines: list[str] = []
 
     def write(self, line: str) -> None:
         self.lines.append(line)
+        verdict, _, rest = line.partition("  ")
+        if verdict not in ("PASS", "FAIL"):
+            return
+        scenario, _, reason = rest.partition(": ")
+        sentence = reason if verdict == "PASS" else f"{reason}; {hint(reason)}"
+        self.add(Check(f"handler, {scenario}", verdict == "PASS", sentence))
 
 
 def data_checks() -> list[Check]:
