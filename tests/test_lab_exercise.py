@@ -297,3 +297,16 @@ def test_a_serving_worker_interrupted_at_a_pause_is_reported_stopped(learner):
     assert "one silent for 30 s is gone" in shown, shown
     line = next(line for line in shown.splitlines() if f":{worker.proc.pid}  " in line)
     assert " stopped " in line, shown
+
+
+def test_lab_check_passes_for_the_lessons_path_alone(learner):
+    """The lesson's guests only (no optional detour): lab check grades
+    outcomes — one downloadable ticket each — not the detours' guest names."""
+    assert learner.manage("lab", "start").returncode == 0
+    lab.handler_file().write_text(WITH_COMPLETION_KEY)
+    made = [services.register_guest(name=name) for name in lab.LESSON_GUESTS]
+    assert "Drained 4 deliveries" in learner.worker("--drain")
+    status, output = learner.check()
+    assert status == 0, output
+    line = next(line for line in output.splitlines() if "your registrations" in line)
+    assert line == f"PASS  your registrations: {made[0].code} to {made[-1].code}: one downloadable ticket each", line
