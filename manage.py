@@ -18,6 +18,11 @@ def reader_gone(stream) -> bool:
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nightjar.settings")
+    # A fresh terminal in the checkout talks to what bin/run started there
+    # (lab mode, its broker, its database): see nightjar/localrun.py.
+    from nightjar import localrun
+
+    localrun.load()
     from django.core.management import execute_from_command_line
 
     try:

@@ -214,6 +214,8 @@ def worker_env(test_settings) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "DJANGO_SECURE_SSL_REDIRECT": "0",
         "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
+        # Never what a bin/run in this checkout wrote (nightjar/localrun.py).
+        "NIGHTJAR_RUN_FILE": "",
     }
     return env
 

@@ -6,6 +6,7 @@ real Ctrl+C (SIGINT), and `lab check` grading each version."""
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +253,60 @@ def test_lab_reset_asks_first_and_keeps_mina_patel(learner):
     assert list(Registration.objects.values_list("pk", "name")) == [(1, "Mina Patel")]
     assert services.register_guest(name="Next Guest").code == "R-0002"  # the lab's outputs hold again
     assert learner.worker().strip().startswith("Received R-0002")
+
+
+def test_lab_check_prints_each_check_as_it_is_decided(learner):
+    """The first verdict reaches the terminal while verify_handler (lab
+    check's child) is still running the later scenarios, not all at the end."""
+    assert learner.manage("lab", "start").returncode == 0
+    check = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "lab", "check"],
+        env={**learner.env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        lines = []
+        for line in check.stdout:
+            lines.append(line)
+            if line.startswith(("PASS  handler", "FAIL  handler")):
+                children = Path(f"/proc/{check.pid}/task/{check.pid}/children").read_text().split()
+                assert children, "the first verdict came only after verify_handler had finished:\n" + "".join(lines)
+                break
+        else:
+            raise AssertionError("no verdict line:\n" + "".join(lines))
+        rest = check.stdout.read()
+    finally:
+        check.wait(180)
+    assert "checks failed" in rest  # the starting handler: the later scenarios still ran and graded it
+
+
+def test_a_serving_worker_interrupted_at_a_pause_is_reported_stopped(learner):
+    """Ctrl+C at a checkpoint of `worker --serve`: status lists it stopped at
+    once, not running until its report goes stale."""
+    registration = services.register_guest(name="Normal guest")
+    worker = learner.workers.start("--serve", "--pause", "after-commit")
+    worker.wait_for(f"Received {registration.code} redelivered=")
+    worker.wait_for("Paused after-commit.")
+    worker.signal(signal.SIGINT)  # Ctrl+C
+    status, output = worker.finish()
+    assert status == 130, output
+    shown = learner.manage("status").stdout
+    assert "one silent for 30 s is gone" in shown, shown
+    line = next(line for line in shown.splitlines() if f":{worker.proc.pid}  " in line)
+    assert " stopped " in line, shown
+
+
+def test_lab_check_passes_for_the_lessons_path_alone(learner):
+    """The lesson's guests only (no optional detour): lab check grades
+    outcomes — one downloadable ticket each — not the detours' guest names."""
+    assert learner.manage("lab", "start").returncode == 0
+    lab.handler_file().write_text(WITH_COMPLETION_KEY)
+    made = [services.register_guest(name=name) for name in lab.LESSON_GUESTS]
+    assert "Drained 4 deliveries" in learner.worker("--drain")
+    status, output = learner.check()
+    assert status == 0, output
+    line = next(line for line in output.splitlines() if "your registrations" in line)
+    assert line == f"PASS  your registrations: {made[0].code} to {made[-1].code}: one downloadable ticket each", line

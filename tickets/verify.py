@@ -106,7 +106,7 @@ class Scenarios:
     def expect_redelivery(self, registration, why_needed: str) -> None:
         output = self.run_worker()
         if f"Received {registration.code} redelivered=True" not in output:
-            raise ScenarioFailed(f"RabbitMQ had nothing to redeliver: {why_needed}")
+            raise ScenarioFailed(f"{transport.name()} had nothing to redeliver: {why_needed}")
 
     def expect_one_ticket(self, registration, when: str) -> None:
         _, tickets = self.counts(registration)
@@ -133,7 +133,7 @@ class Scenarios:
             raise ScenarioFailed("a ticket exists although the worker died before writing")
         self.expect_redelivery(registration, "the delivery was acked before the ticket was written; the ticket is lost")
         self.expect_one_ticket(registration, "after the redelivery")
-        return "killed before the write; RabbitMQ redelivered; one ticket"
+        return f"killed before the write; {transport.name()} redelivered; one ticket"
 
     def killed_inside_transaction(self) -> str:
         registration = self.register()

@@ -42,9 +42,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Checking {lab.shown(handler)} on a disposable database and queue, then your data (read only)..."
         )
-        checks = lab.grade(handler)
-        for check in checks:
-            self.stdout.write(check.line())
+        checks = lab.grade(handler, decided=lambda check: (self.stdout.write(check.line()), self.stdout.flush()))
         failed = sum(not check.passed for check in checks)
         if failed:
             raise CommandError(f"{failed} of {len(checks)} checks failed: see the FAIL lines above.", returncode=1)

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from tickets import services
@@ -34,7 +35,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"Replicas: {replicas}")
         workers = services.worker_reports()
         if workers:
-            self.stdout.write("Workers (last day):")
+            self.stdout.write(
+                f"Workers (last day; one silent for {settings.NIGHTJAR_WORKER_GONE_SECONDS:g} s is gone: killed, "
+                "or its machine stopped):"
+            )
             for worker in workers:
                 self.stdout.write(
                     f"  {worker.name}  {worker.state_now:<8} {worker.mode}  handled={worker.handled} "

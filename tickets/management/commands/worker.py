@@ -163,6 +163,9 @@ class Command(BaseCommand):
                 self.stdout.write("No ready registrations")
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
+            # Ctrl+C at a pause leaves --serve mid-loop: say it stopped, or
+            # status would list it running until its report went stale.
+            worker.report(stopped=True)
             raise CommandError(worker.interrupted(), returncode=130) from None
         except transport.BrokerError as error:
             raise CommandError(str(error), returncode=3) from None
