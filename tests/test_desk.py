@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import Guest, free_port, start_gunicorn
 from tickets import services
 from tickets.handler import handle
-from tickets.models import Completion, Redelivery, Registration, StaffAction, Ticket, WorkerReport
+from tickets.models import Completion, DeliveryFailure, Redelivery, Registration, StaffAction, Ticket, WorkerReport
 from tickets.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -304,3 +304,29 @@ def test_on_postgresql_the_workers_statements_become_prepared_statements():
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
     assert any("FROM tickets_registration WHERE id = ANY" in statement for statement in prepared), prepared
+
+
+def test_a_registration_redelivered_thousands_of_times_shows_a_bounded_history(staff):
+    """Hostile or sick traffic can leave thousands of events on one registration:
+    its page shows the newest of each kind, says how many it left out, and
+    still counts them all (a loop over every row cost seconds per page view)."""
+    registration = services.register_guest(name="Many Returns")
+    now = timezone.now()
+    Redelivery.objects.bulk_create(
+        Redelivery(registration=registration, worker="w:1", delivery=n + 2, at=now + timedelta(milliseconds=n))
+        for n in range(3000)
+    )
+    DeliveryFailure.objects.bulk_create(
+        DeliveryFailure(registration=registration, worker="w:1", error="boom", at=now + timedelta(milliseconds=n))
+        for n in range(2000)
+    )
+    page = staff.get(f"/admin/tickets/registration/{registration.pk}/change/").content.decode()
+    history = page[page.index('<table class="history">') :]
+    steps = re.findall(r"<tr><td>[^<]+</td><td>([^<]+)</td>", history)
+    assert steps.count("delivered again") == services.HISTORY_PER_KIND
+    assert steps.count("attempt failed") == services.HISTORY_PER_KIND
+    assert steps[:2] == ["registered", "not shown"]
+    assert f"{3000 + 2000 - 2 * services.HISTORY_PER_KIND} older event(s)" in history
+    assert "delivery 3001, to worker w:1" in history  # the newest is shown, the oldest not
+    assert "delivery 2, to worker" not in history
+    assert "3000 redelivery(ies) recorded, 2000 failed attempt(s)." in page
