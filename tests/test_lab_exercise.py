@@ -191,6 +191,27 @@ def test_lab_start_never_overwrites_the_learners_file_without_force(learner):
     assert lab.handler_file().read_text() == lab.START_FILE.read_text()
 
 
+def test_lab_start_step_writes_that_steps_handler_and_leaves_the_data(learner):
+    assert learner.manage("lab", "start", "--step", "2").returncode == 0
+    assert lab.handler_file().read_text() == lab.STEP_FILES[2].read_text()
+    again = learner.manage("lab", "start", "--step", "3")
+    assert again.returncode == 2 and "already exists; your changes are kept" in again.stderr
+    assert lab.handler_file().read_text() == lab.STEP_FILES[2].read_text()
+    jumped = learner.manage("lab", "start", "--step", "3", "--force")
+    assert jumped.returncode == 0, jumped.stderr
+    assert "Data: your registrations are not changed" in jumped.stdout
+    assert lab.handler_file().read_text() == lab.STEP_FILES[3].read_text()
+    assert Registration.objects.count() == 1  # Mina Patel only: no data was set up
+    assert "invalid choice: 4" in learner.manage("lab", "start", "--step", "4", "--force").stderr
+
+    # Step 2's file really is the ack after the commit: Ctrl+C before the write gives the delivery back.
+    assert learner.manage("lab", "start", "--step", "2", "--force").returncode == 0
+    retry = services.register_guest(name="Retry guest")
+    learner.interrupt_at("before-write", retry.code)
+    assert f"Received {retry.code} redelivered=True" in learner.worker()
+    assert retry.tickets.count() == 1 and not Completion.objects.filter(registration=retry).exists()
+
+
 @pytest.mark.parametrize(
     ("broken", "message"),
     [
@@ -302,8 +323,10 @@ def test_a_serving_worker_interrupted_at_a_pause_is_reported_stopped(learner):
 def test_lab_check_passes_for_the_lessons_path_alone(learner):
     """The lesson's guests only (no optional detour): lab check grades
     outcomes — one downloadable ticket each — not the detours' guest names."""
-    assert learner.manage("lab", "start").returncode == 0
-    lab.handler_file().write_text(WITH_COMPLETION_KEY)
+    started = learner.manage("lab", "start", "--step", "3")
+    assert started.returncode == 0, started.stderr
+    assert "Next: docs/lab.md, step 3." in started.stdout
+    assert lab.handler_file().read_text() == lab.STEP_FILES[3].read_text()
     made = [services.register_guest(name=name) for name in lab.LESSON_GUESTS]
     assert "Drained 4 deliveries" in learner.worker("--drain")
     status, output = learner.check()

@@ -17,6 +17,23 @@ from django.utils.module_loading import import_string
 
 SAFE_HANDLER = "tickets.handler.handle"
 START_FILE = Path(__file__).resolve().parent / "lab_files" / "start_handler.py"
+# Each step's handler as a complete file (docs/lab.md shows the same text):
+# step 1 runs the starting, ack-first handler; step 2 the ack after the commit;
+# step 3 the completion key. `lab start --step N` writes step N's file.
+STEP_FILES = {
+    1: START_FILE,
+    2: START_FILE.parent / "step2_handler.py",
+    3: START_FILE.parent / "step3_handler.py",
+}
+# What `lab start --step N` does not set up: the registrations the earlier
+# steps made. The guide's IDs assume them (R-0001 is Mina Patel, always there).
+STEP_DATA = {
+    1: "the step registers Normal guest (R-0002 after `lab reset`).",
+    2: "your registrations are not changed; the guide's IDs assume step 1's Normal guest (R-0002) exists, "
+    "so Retry guest is R-0003.",
+    3: "your registrations are not changed; the guide's IDs assume Normal guest (R-0002) and Retry guest "
+    "(R-0003) exist, so the two Same name guests are R-0004 and R-0005.",
+}
 # The guests the lesson registers, in its order (docs/lab.md). `lab check`
 # grades outcomes, not names: every registration the learner made has exactly
 # one downloadable ticket, whatever the guests (detours included) are called.
@@ -101,14 +118,17 @@ def _frames(error: BaseException):
         traceback = traceback.tb_next
 
 
-def start(*, force: bool = False) -> Path:
-    """Write the starting handler for the learner; never over their work unless forced."""
+def start(*, force: bool = False, step: int = 1) -> Path:
+    """Write step `step`'s handler (1: the starting one) for the learner;
+    never over their work unless forced. The data is left as it is."""
     require_lab_mode()
+    if step not in STEP_FILES:
+        raise HandlerError(f"There is no step {step}; the lab's steps are {', '.join(map(str, STEP_FILES))}.")
     target = handler_file()
     if target.exists() and not force:
         raise HandlerError(f"{target} already exists; your changes are kept. Use --force to start over.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(START_FILE.read_text())
+    target.write_text(STEP_FILES[step].read_text())
     return target
 
 

@@ -16,6 +16,14 @@ class Command(BaseCommand):
         actions = parser.add_subparsers(dest="action", metavar="{start,check,reset}", required=True)
         start = actions.add_parser("start", help="Create lab/handler.py with the starting (unsafe) version.")
         start.add_argument("--force", action="store_true", help="Overwrite an existing lab/handler.py.")
+        start.add_argument(
+            "--step",
+            type=int,
+            choices=sorted(lab.STEP_FILES),
+            default=1,
+            help="Jump to step N of docs/lab.md: write the handler that step runs (tickets/lab_files/). "
+            "Your registrations are not changed.",
+        )
         actions.add_parser("check", help="Grade the handler and the exercise's data; PASS/FAIL per check.")
         reset = actions.add_parser("reset", help="Delete every registration but Mina Patel's, after asking.")
         reset.add_argument("--yes", action="store_true", help="Do not ask.")
@@ -30,12 +38,19 @@ class Command(BaseCommand):
             raise CommandError(f"Stopped: {error}", returncode=3) from None
 
     def do_start(self, options):
-        path = lab.start(force=options["force"])
-        self.stdout.write(
-            f"Your handler is {lab.shown(str(path))}. It acks first, then writes the ticket: not safe yet."
-        )
+        step = options["step"]
+        path = lab.start(force=options["force"], step=step)
+        what = {
+            1: "It acks first, then writes the ticket: not safe yet.",
+            2: "It acks after the commit; no completion key yet: not safe yet.",
+            3: "The completion key and the ticket in one transaction, the ack after the commit.",
+        }[step]
+        source = f" (a copy of tickets/lab_files/{lab.STEP_FILES[step].name})" if step > 1 else ""
+        self.stdout.write(f"Your handler is {lab.shown(str(path))}{source}. {what}")
         self.stdout.write("In lab mode `python manage.py worker` now runs it (NIGHTJAR_HANDLER or --handler override).")
-        self.stdout.write("Next: docs/lab.md, step 1. When you think it is safe: python manage.py lab check")
+        if step > 1:
+            self.stdout.write(f"Data: {lab.STEP_DATA[step]}")
+        self.stdout.write(f"Next: docs/lab.md, step {step}. When you think it is safe: python manage.py lab check")
 
     def do_check(self, options):
         handler = lab.default_handler()
