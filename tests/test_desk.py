@@ -147,6 +147,21 @@ def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff,
     assert "In the last day: 0 running, 1 gone, 1 stopped." in page
 
 
+def test_a_one_shot_worker_is_labelled_as_one_and_reported_stopped_when_it_ends(workers, worker_env):
+    """A learner's plain `worker --pause …` reports while it waits: the desk and
+    status call it a one-delivery run (not "drain"), and stopped once it ended."""
+    services.register_guest(name="One Shot")
+    env = {**worker_env, "NIGHTJAR_WORKER_REPORT_SECONDS": "0.5"}
+    paused = workers.start("--pause", "before-write", env=env)
+    paused.wait_for("Paused before-write.")
+    row = until(lambda: WorkerReport.objects.filter(pid=paused.proc.pid).first(), what="the report")
+    assert row.mode.startswith("one delivery, per delivery") and row.stopped is None
+    paused.send("")  # Enter: carry on
+    assert paused.finish()[0] == 0
+    assert WorkerReport.objects.get(pid=paused.proc.pid).stopped is not None
+    assert Ticket.objects.filter(name="One Shot").count() == 1
+
+
 def test_a_starting_worker_forgets_the_workers_not_seen_for_a_week(workers):
     """Every worker process leaves a row; restarts and the soak's kills add up.
     A worker starting deletes those not seen for NIGHTJAR_WORKER_REPORT_DAYS (7)."""

@@ -71,6 +71,7 @@ class Worker:
         self.last_beat = 0.0
         self.last_report = 0.0
         self.reports_as_service = False
+        self.runs = "one delivery"  # what the report calls a run that is not a service: drain() says "drain"
         self.connections_suspect = False
         self.last_connection_check = 0.0
         # Rows read ahead for deliveries already received (see stored).
@@ -287,6 +288,7 @@ class Worker:
 
     def drain(self) -> int:
         """Take deliveries until none is ready; returns how many."""
+        self.runs = "drain"
         self.report()
         try:
             while not self.shutdown and self.take_one():
@@ -446,7 +448,7 @@ class Worker:
             logger.warning("Could not touch the health file %s: %s", self.health_file, error)
 
     def mode(self) -> str:
-        words = ["serve" if self.reports_as_service else "drain"]
+        words = ["serve" if self.reports_as_service else self.runs]
         words.append(f"batch {self.batch}" if self.batch else "per delivery")
         words.append(f"prefetch {self.prefetch}")
         if self.reconcile_every:

@@ -159,8 +159,11 @@ class Command(BaseCommand):
             if options["drain"]:
                 count = worker.drain()
                 self.stdout.write(f"Drained {count} deliveries; no ready registrations left.")
-            elif not worker.take_one():
-                self.stdout.write("No ready registrations")
+            else:
+                if not worker.take_one():
+                    self.stdout.write("No ready registrations")
+                if worker.last_report:  # it reported while paused: say it ended, or it would show running
+                    worker.report(stopped=True)
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
             # Ctrl+C at a pause leaves --serve mid-loop: say it stopped, or
