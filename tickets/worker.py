@@ -109,6 +109,15 @@ class Worker:
             raise failed[0][1]
         return True
 
+    def once(self) -> bool:
+        """The plain `worker`: one delivery. A run that reported while it was
+        paused says it stopped, or the desk would list it running."""
+        try:
+            return self.take_one()
+        finally:
+            if self.last_report:
+                self.report(stopped=True)
+
     def collect_batch(self, *, first_wait: float = 1.0) -> list[transport.Delivery]:
         """Up to `batch` deliveries, or fewer when batch_ms pass without one.
         The first one may take up to first_wait (the consumer is just starting)."""
@@ -306,36 +315,39 @@ class Worker:
         self.report()
         backoff = 1.0
         last_reconcile = time.monotonic()
-        while not self.shutdown:
-            try:
-                self.connect()
-                self.say(
-                    f"Serving {transport.queue_name()} from {self.consumer.node} (prefetch {self.prefetch});"
-                    " stop with Ctrl+C or SIGTERM."
-                )
-                backoff = 1.0
-                for delivery in self.deliveries():
-                    self.beat()
-                    self.record_lost()
-                    if delivery:
-                        self.process_or_hand_back(delivery)
-                    if self.reconcile_every and time.monotonic() - last_reconcile >= self.reconcile_every:
-                        last_reconcile = time.monotonic()
-                        self.reconcile()
+        try:
+            while not self.shutdown:
+                try:
+                    self.connect()
+                    self.say(
+                        f"Serving {transport.queue_name()} from {self.consumer.node} (prefetch {self.prefetch});"
+                        " stop with Ctrl+C or SIGTERM."
+                    )
+                    backoff = 1.0
+                    for delivery in self.deliveries():
+                        self.beat()
+                        self.record_lost()
+                        if delivery:
+                            self.process_or_hand_back(delivery)
+                        if self.reconcile_every and time.monotonic() - last_reconcile >= self.reconcile_every:
+                            last_reconcile = time.monotonic()
+                            self.reconcile()
+                        if self.shutdown:
+                            self.consumer.stop_consuming()
+                            break
+                except transport.BrokerError as error:
                     if self.shutdown:
-                        self.consumer.stop_consuming()
                         break
-            except transport.BrokerError as error:
-                if self.shutdown:
-                    break
-                logger.warning("%s; reconnecting in %.0f s", error, backoff)
-                self.say(f"{transport.name()} is unavailable; reconnecting in {backoff:.0f} s.")
-                self.close()
-                self.sleep(backoff)
-                backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX)
-            finally:
-                self.close()
-        self.report(stopped=True)
+                    logger.warning("%s; reconnecting in %.0f s", error, backoff)
+                    self.say(f"{transport.name()} is unavailable; reconnecting in {backoff:.0f} s.")
+                    self.close()
+                    self.sleep(backoff)
+                    backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX)
+                finally:
+                    self.close()
+        finally:
+            # Also after Ctrl+C at a pause: the desk must not list it running.
+            self.report(stopped=True)
         self.say(f"Stopped after {self.handled} deliveries.")
 
     def deliveries(self):

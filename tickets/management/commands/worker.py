@@ -159,16 +159,10 @@ class Command(BaseCommand):
             if options["drain"]:
                 count = worker.drain()
                 self.stdout.write(f"Drained {count} deliveries; no ready registrations left.")
-            else:
-                if not worker.take_one():
-                    self.stdout.write("No ready registrations")
-                if worker.last_report:  # it reported while paused: say it ended, or it would show running
-                    worker.report(stopped=True)
+            elif not worker.once():
+                self.stdout.write("No ready registrations")
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
-            # Ctrl+C at a pause leaves --serve mid-loop: say it stopped, or
-            # status would list it running until its report went stale.
-            worker.report(stopped=True)
             raise CommandError(worker.interrupted(), returncode=130) from None
         except transport.BrokerError as error:
             raise CommandError(str(error), returncode=3) from None
