@@ -77,10 +77,7 @@ def refuse_ticket_without_key(registration: Registration, what: str) -> None:
     """Guard of every path that publishes an existing registration: one with a
     ticket but no completion key (an unsafe handler's) is not pending; a safe
     handler would find the key new and issue a second ticket."""
-    if (
-        Ticket.objects.filter(registration=registration).exists()
-        and not Completion.objects.filter(registration=registration).exists()
-    ):
+    if Registration.objects.filter(has_ticket(), ~has_key(), pk=registration.pk).exists():
         raise NightjarError(
             f"{registration.code} has a ticket without its key; it is not {what}, because a new delivery would "
             f"make a second ticket. `python manage.py repair {registration.code} --apply` adds the key."
@@ -228,20 +225,26 @@ def is_parked():
     return Exists(ParkedDelivery.objects.holding().filter(registration=OuterRef("pk")))
 
 
+def has_ticket():
+    """True for a registration with at least one ticket."""
+    return Exists(Ticket.objects.filter(registration=OuterRef("pk")))
+
+
+def has_key():
+    """True for a registration whose completion key is written."""
+    return Exists(Completion.objects.filter(registration=OuterRef("pk")))
+
+
 def parked_without_ticket():
     """The registrations in the state "parked" (a ticket, if one was made after all, wins)."""
-    return Registration.objects.filter(is_parked(), ~Exists(Ticket.objects.filter(registration=OuterRef("pk"))))
+    return Registration.objects.filter(is_parked(), ~has_ticket())
 
 
 def pending_registrations():
     """Registrations that have no ticket and no completion key yet and are not
     parked, oldest first. A ticket without its key is not pending: publishing
     it again would make a second ticket (repair adds the key)."""
-    return Registration.objects.filter(
-        ~Exists(Ticket.objects.filter(registration=OuterRef("pk"))),
-        ~Exists(Completion.objects.filter(registration=OuterRef("pk"))),
-        ~is_parked(),
-    ).order_by("created", "id")
+    return Registration.objects.filter(~has_ticket(), ~has_key(), ~is_parked()).order_by("created", "id")
 
 
 @dataclass
@@ -356,10 +359,7 @@ def _collect_one(delivery: transport.Delivery, report: CollectReport) -> Registr
         return None
     # Done, or a ticket without its key (publishing it again would make a
     # second ticket; audit reports it, repair adds the key): nothing to collect.
-    if (
-        Completion.objects.filter(registration=registration).exists()
-        or Ticket.objects.filter(registration=registration).exists()
-    ):
+    if Registration.objects.filter(Q(has_key()) | Q(has_ticket()), pk=registration.pk).exists():
         report.dropped += 1
         return None
     failure = registration.delivery_failures.first()
@@ -504,7 +504,7 @@ def registration_states(limit: int | None = None) -> list[RegistrationState]:
     rows = (
         Registration.objects.annotate(
             ticket_count=Count("tickets"),
-            completed=Exists(Completion.objects.filter(registration=OuterRef("pk"))),
+            completed=has_key(),
             parked=is_parked(),
         )
         .order_by("id")
@@ -553,9 +553,7 @@ def delivery_status() -> DeliveryStatus:
         duplicates=per_registration.filter(ticket_count__gt=1).count(),
         tickets=Ticket.objects.count(),
         rejected=RejectedMessage.objects.count(),
-        parked=Registration.objects.filter(
-            is_parked(), ~Exists(Ticket.objects.filter(registration=OuterRef("pk")))
-        ).count(),
+        parked=parked_without_ticket().count(),
         waiting_for_staff=ParkedDelivery.objects.filter(resolution="").count(),
         queue=queue,
         queue_error=queue_error,
@@ -699,7 +697,6 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
     except transport.BrokerError as error:
         report.dead_lettered_error = str(error)
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
-    has_key = Exists(Completion.objects.filter(registration=OuterRef("pk")))
 
     def add(kind: str, rows) -> None:
         codes = [contract.format_code(pk) for pk in rows.values_list("pk", flat=True)[: limit + 1]]
@@ -708,8 +705,8 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
             report.violations.append(f"{kind}: {', '.join(codes[:limit])}{more}")
 
     add("more than one ticket", per_registration.filter(ticket_count__gt=1).order_by("pk"))
-    add("completion key without a ticket", per_registration.filter(has_key, ticket_count=0).order_by("pk"))
-    add("ticket without its key", per_registration.filter(~has_key, ticket_count__gt=0).order_by("pk"))
+    add("completion key without a ticket", per_registration.filter(has_key(), ticket_count=0).order_by("pk"))
+    add("ticket without its key", per_registration.filter(~has_key(), ticket_count__gt=0).order_by("pk"))
     mismatched = Registration.objects.filter(
         Exists(Ticket.objects.filter(registration=OuterRef("pk")).exclude(name=OuterRef("name")))
     )
