@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "tickets",
+    "door",
 ]
 
 MIDDLEWARE = [
@@ -244,6 +245,8 @@ LOGGING = {
 # Registration POSTs allowed per client address per minute (0 = no limit).
 # Counted in the cache, so per process unless CACHES points at a shared one.
 NIGHTJAR_REGISTRATIONS_PER_MINUTE = envint("NIGHTJAR_REGISTRATIONS_PER_MINUTE", 30)
+# Scans one staff user may send the door a minute (0: no limit).
+NIGHTJAR_DOOR_SCANS_PER_MINUTE = envint("NIGHTJAR_DOOR_SCANS_PER_MINUTE", 120)
 
 # The operations desk. A running worker rewrites its row this often (0: it
 # does not report), and is shown as gone when not seen for this long.

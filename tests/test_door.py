@@ -1,0 +1,179 @@
+"""The door's service: one check-in per ticket however often and wherever it
+is scanned; red answers for anything that is not a ticket of this evening,
+writing nothing but the scan; undo with a reason on the history."""
+
+import threading
+import uuid
+
+import pytest
+from django.db import connection
+
+from door import services
+from door.models import CheckIn, Scan
+from tickets import services as ticket_services
+from tickets.models import Registration, StaffAction, Ticket
+
+pytestmark = pytest.mark.django_db
+
+
+def mina() -> Ticket:
+    registration, _ = ticket_services.seed_demo()
+    return registration.tickets_in_order().get()
+
+
+def scan(code, *, door="door 1", scan_id=None, **kwargs) -> services.Answer:
+    return services.scan_ticket(code=code, scan_id=scan_id or uuid.uuid4().hex, actor="anna", door=door, **kwargs)
+
+
+def test_the_first_scan_checks_the_guest_in_and_a_later_one_is_amber_with_its_time_and_door():
+    ticket = mina()
+    first = scan(ticket.secret, door="door 1")
+    assert (first.colour, first.sentence) == ("green", "Welcome, Mina Patel")
+    assert (first.registration, first.ticket) == (ticket.registration.code, ticket.number)
+    check_in = CheckIn.objects.get()
+    assert (check_in.ticket, check_in.door, check_in.by) == (ticket, "door 1", "anna")
+
+    again = scan(ticket.secret, door="door 2")
+    assert again.colour == "amber"
+    assert again.sentence == f"Already checked in at {check_in.at:%H:%M} (door 1)"
+    assert CheckIn.objects.count() == 1
+    assert Scan.objects.count() == 2
+
+
+def test_a_scan_sent_again_with_its_id_gets_its_first_answer_and_writes_nothing():
+    ticket = mina()
+    first = scan(ticket.secret, scan_id="phone-1:0001")
+    again = scan(ticket.secret, scan_id="phone-1:0001", door="door 2")
+    assert (again.colour, again.sentence, again.repeated) == ("green", first.sentence, True)
+    assert Scan.objects.count() == 1
+    assert CheckIn.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "code, detail",
+    [
+        ("A" * 43, "matches none"),  # a ticket's shape, forged
+        (None, "empty"),
+        ("", "empty"),
+        ("https://example.org/a-ticket", "not a Nightjar ticket"),
+        ("x" * 100_000, "100000 characters long"),
+        ("T-9999", "no ticket T-9999"),
+        ("R-9999", "no registration R-9999"),
+    ],
+)
+def test_a_code_that_is_not_ours_is_red_with_a_sentence_and_writes_only_the_scan(code, detail):
+    mina()
+    answer = scan(code)
+    assert (answer.colour, answer.sentence) == ("red", "Not a ticket for this evening")
+    assert detail in answer.detail
+    assert CheckIn.objects.count() == 0
+    assert Scan.objects.get().colour == "red"
+
+
+def test_a_truncated_or_altered_secret_is_red():
+    ticket = mina()
+    truncated = scan(ticket.secret[:30])
+    altered = scan(ticket.secret[:-1] + ("A" if ticket.secret[-1] != "A" else "B"))
+    assert "truncated or altered" in truncated.detail
+    assert "matches none" in altered.detail
+    assert (truncated.colour, altered.colour) == ("red", "red")
+    assert CheckIn.objects.count() == 0
+
+
+def test_a_typed_ticket_number_checks_in_like_its_qr_code():
+    ticket = mina()
+    assert scan(ticket.number).colour == "green"
+    assert scan(ticket.secret).colour == "amber"
+
+
+def test_a_ticket_that_repair_removed_answers_replaced_by_the_kept_one():
+    ticket = mina()
+    Ticket.objects.issue(registration_id=ticket.registration_id, name=ticket.name)  # the unsafe handler's duplicate
+    duplicate = ticket.registration.tickets_in_order().last()
+    both = scan(duplicate.secret)
+    assert both.colour == "red" and "has 2 tickets" in both.detail  # nobody gets in until staff repair it
+
+    ticket_services.repair_registration(code=ticket.registration.code, actor="desk")
+    removed = scan(duplicate.secret)
+    assert (removed.colour, removed.sentence) == ("red", f"Replaced by {ticket.number}")
+    assert scan(duplicate.number).sentence == f"Replaced by {ticket.number}"
+    assert CheckIn.objects.count() == 0
+    assert scan(ticket.secret).colour == "green"
+
+
+def test_a_registration_without_a_ticket_is_red():
+    registration = Registration.objects.create(name="Noor Haddad")
+    answer = scan(registration.code)
+    assert answer.colour == "red" and "has no ticket yet" in answer.detail
+
+
+def test_undo_needs_a_reason_goes_on_the_history_and_the_ticket_is_valid_again():
+    ticket = mina()
+    scan(ticket.secret)
+    with pytest.raises(services.DoorError, match="Say why"):
+        services.undo_check_in(ticket=ticket.number, actor="desk", reason=" ")
+    services.undo_check_in(ticket=ticket.number, actor="desk", reason="scanned the wrong guest")
+    assert CheckIn.objects.count() == 0
+    action = StaffAction.objects.get(action="undo check-in")
+    assert action.registration == ticket.registration and "scanned the wrong guest" in action.detail
+    assert scan(ticket.secret).colour == "green"
+    with pytest.raises(services.DoorError, match="not checked in"):
+        services.undo_check_in(ticket="T-9999", actor="desk", reason="typo")
+
+
+def test_an_offline_door_that_admitted_a_guest_already_in_is_a_conflict():
+    ticket = mina()
+    scan(ticket.secret, door="door 1", offline=True, admitted=True)
+    late = scan(ticket.secret, door="door 2", offline=True, admitted=True)
+    assert (late.colour, late.conflict) == ("amber", True)
+    assert [s.door for s in services.arrivals().conflicts] == ["door 2"]
+    assert CheckIn.objects.count() == 1
+
+
+def test_the_offline_list_holds_digests_never_secrets():
+    ticket = mina()
+    listed = services.valid_digests()
+    assert listed["valid"] == [services.digest(ticket.secret)]
+    assert ticket.secret not in str(listed)
+    scan(ticket.secret)
+    assert services.valid_digests() == {"valid": [], "checked_in": [services.digest(ticket.secret)]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_doors_scanning_one_ticket_at_once_make_one_check_in_and_one_amber():
+    """Real threads, each with its own connection to the real database
+    (bin/test runs this on SQLite and on PostgreSQL)."""
+    ticket = mina()
+    doors = 4
+    start = threading.Barrier(doors)
+    answers, errors = [], []
+
+    def door(n: int) -> None:
+        try:
+            start.wait()
+            answers.append(scan(ticket.secret, door=f"door {n}").colour)
+        except Exception as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=door, args=(n,)) for n in range(doors)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(answers) == ["amber"] * (doors - 1) + ["green"]
+    assert CheckIn.objects.count() == 1
+    assert Scan.objects.count() == doors
+
+
+def test_arrivals_count_who_is_in_and_who_is_not():
+    ticket = mina()
+    other = Registration.objects.create(name="Noor Haddad")
+    Ticket.objects.issue(registration_id=other.pk, name=other.name)
+    scan(ticket.secret)
+    seen = services.arrivals()
+    assert (seen.checked_in, seen.expected) == (1, 2)
+    assert [t.name for t in seen.not_arrived] == ["Noor Haddad"]
+    assert sum(count for _, count in seen.per_minute) == 1
