@@ -3,5 +3,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("door/", include("door.urls")),
     path("", include("tickets.urls")),
 ]

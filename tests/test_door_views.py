@@ -1,0 +1,140 @@
+"""The door's pages and JSON endpoints through the test client: who may,
+CSRF, idempotency by scan id, the rate limit, the offline sync, the guest's
+"Checked in at", and no secret in the logs."""
+
+import json
+import logging
+import uuid
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.cache import cache
+from django.test import Client
+from django.urls import reverse
+
+from door.models import CheckIn, Scan
+from nightjar.logs import MaskSecrets
+from tickets import services as ticket_services
+from tickets.models import Ticket
+
+pytestmark = pytest.mark.django_db
+
+
+def mina() -> Ticket:
+    registration, _ = ticket_services.seed_demo()
+    return registration.tickets_in_order().get()
+
+
+def staff_with(*codenames: str, csrf: bool = False) -> Client:
+    user = User.objects.create_user(f"staff-{uuid.uuid4().hex[:6]}", password="x", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="door", codename__in=codenames))
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def post_scan(client, code, scan_id=None, **extra):
+    body = {"scan_id": uuid.uuid4().hex if scan_id is None else scan_id, "code": code, "door": "door 1", **extra}
+    return client.post(reverse("door-scan"), json.dumps(body), content_type="application/json")
+
+
+def test_staff_with_the_check_in_permission_scan_and_a_repeat_is_amber():
+    ticket = mina()
+    door = staff_with("check_in")
+    assert door.get(reverse("door")).status_code == 200
+    first = post_scan(door, ticket.secret, scan_id="s1").json()
+    assert (first["colour"], first["sentence"], first["ticket"]) == ("green", "Welcome, Mina Patel", ticket.number)
+    assert post_scan(door, ticket.secret, scan_id="s1").json()["repeated"] is True
+    assert post_scan(door, ticket.secret).json()["colour"] == "amber"
+    assert CheckIn.objects.count() == 1
+
+
+def test_view_only_staff_see_arrivals_but_cannot_check_in():
+    ticket = mina()
+    viewer = staff_with("view_checkin")
+    assert viewer.get(reverse("door")).status_code == 403
+    assert post_scan(viewer, ticket.secret).status_code == 403
+    assert viewer.get(reverse("door-tickets")).status_code == 403
+    page = viewer.get(reverse("door-arrivals"))
+    assert page.status_code == 200 and "Checked in 0 of 1" in page.content.decode()
+    assert "Undo a check-in" not in page.content.decode()
+    assert Scan.objects.count() == 0
+    assert Client().get(reverse("door")).status_code == 302  # anonymous: to the admin's login
+    assert post_scan(Client(), ticket.secret).status_code == 401
+
+
+def test_the_endpoint_refuses_a_post_without_the_csrf_token():
+    ticket = mina()
+    door = staff_with("check_in", csrf=True)
+    assert post_scan(door, ticket.secret).status_code == 403
+    assert Scan.objects.count() == 0
+
+
+def test_the_endpoint_is_rate_limited_per_staff_user(settings):
+    settings.NIGHTJAR_DOOR_SCANS_PER_MINUTE = 2
+    cache.clear()  # earlier tests' scans were counted too
+    ticket = mina()
+    one, other = staff_with("check_in"), staff_with("check_in")
+    assert [post_scan(one, "T-9999").status_code for _ in range(3)] == [200, 200, 429]
+    assert post_scan(other, ticket.secret).status_code == 200
+
+
+def test_bad_bodies_get_a_400_with_a_sentence():
+    door = staff_with("check_in")
+    junk = door.post(reverse("door-scan"), b"\xff" * 10, content_type="application/json")
+    no_id = post_scan(door, "T-0001", scan_id="")
+    assert (junk.status_code, no_id.status_code) == (400, 400)
+    assert "scan needs its own id" in no_id.json()["error"]
+    assert Scan.objects.count() == 0
+
+
+def test_an_offline_sync_sent_twice_makes_one_check_in_and_the_conflict_shows_on_the_desk():
+    ticket = mina()
+    door_1, door_2 = staff_with("check_in", "view_checkin"), staff_with("check_in")
+    listed = door_1.get(reverse("door-tickets")).json()
+    assert ticket.secret not in json.dumps(listed) and len(listed["valid"]) == 1
+    scans = [{"scan_id": "d1-1", "code": ticket.secret, "door": "door 1", "offline": True, "admitted": True}]
+    body = json.dumps({"scans": scans})
+    for _ in range(2):  # the first response was lost; the phone sends it again
+        answers = door_1.post(reverse("door-sync"), body, content_type="application/json").json()["answers"]
+        assert answers[0]["colour"] == "green"
+    late = [{"scan_id": "d2-1", "code": ticket.secret, "door": "door 2", "offline": True, "admitted": True}]
+    answer = door_2.post(reverse("door-sync"), json.dumps({"scans": late}), content_type="application/json")
+    assert answer.json()["answers"][0]["conflict"] is True
+    assert CheckIn.objects.count() == 1 and Scan.objects.count() == 2
+    desk = door_1.get(reverse("door-arrivals")).content.decode()
+    assert "let in offline at door 2" in desk
+
+
+def test_undo_on_the_arrivals_page_needs_the_change_permission_and_a_reason():
+    ticket = mina()
+    post_scan(staff_with("check_in"), ticket.secret)
+    viewer = staff_with("view_checkin")
+    assert viewer.post(reverse("door-arrivals"), {"ticket": ticket.number, "reason": "x"}).status_code == 403
+    desk = staff_with("view_checkin", "change_checkin")
+    desk.post(reverse("door-arrivals"), {"ticket": ticket.number, "reason": ""})
+    assert CheckIn.objects.count() == 1
+    desk.post(reverse("door-arrivals"), {"ticket": ticket.number, "reason": "wrong guest"})
+    assert CheckIn.objects.count() == 0
+
+
+def test_the_guest_ticket_page_says_when_they_checked_in(client):
+    ticket = mina()
+    registration = ticket.registration
+    url = reverse("ticket", args=[registration.code, registration.secret])
+    assert "Checked in at" not in client.get(url).content.decode()
+    post_scan(staff_with("check_in"), ticket.secret)
+    check_in = CheckIn.objects.get()
+    assert f"Checked in at {check_in.at:%H:%M}" in client.get(url).content.decode()
+
+
+def test_a_scanned_secret_never_reaches_the_log(caplog):
+    ticket = mina()
+    door = staff_with("check_in")
+    caplog.handler.addFilter(MaskSecrets())
+    with caplog.at_level(logging.DEBUG):
+        post_scan(door, ticket.secret)
+        door.get(reverse("door-scan") + "?code=" + ticket.secret)  # a 405, logged as a warning with its path
+        logging.getLogger("door").warning("scanned %s", ticket.secret)
+    assert caplog.records
+    assert ticket.secret not in caplog.text
