@@ -34,7 +34,7 @@ CHROMIUM_ARGS = [
 
 
 @contextlib.contextmanager
-def chromium(monkeypatch):
+def chromium(monkeypatch, *extra_args: str):
     """Chromium, headless. Playwright's sync API keeps an event loop running in
     this thread while it is open, so Django takes the ORM calls made meanwhile
     for async code (allowed here: they are plain sync code) and gives them a
@@ -43,7 +43,9 @@ def chromium(monkeypatch):
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args], headless=True
+        )
         try:
             yield browser
         finally:

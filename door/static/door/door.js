@@ -64,7 +64,7 @@
     sentence.textContent = answer.sentence;
     detail.textContent =
       answer.colour === "green" && answer.ticket
-        ? [answer.name, answer.registration, answer.ticket].join(" · ")
+        ? [answer.registration, answer.ticket].join(" · ")
         : answer.detail || "";
     if (navigator.vibrate) navigator.vibrate(answer.colour === "green" ? 80 : [200, 100, 200]);
     log.push(Object.assign({}, answer, timing));
@@ -89,10 +89,21 @@
     try {
       const answer = await post(root.dataset.scanUrl, scan);
       show(answer, Object.assign(timing, { answeredAt: performance.now() }));
+      if (answer.colour === "green") remember(await sha256(code.trim()));
     } catch (error) {
       // The network dropped mid-request: queue the scan with its id, so a
       // request that did arrive is not counted twice.
       await judgeOffline(scan, timing);
+    }
+  }
+
+  // A guest this door let in is in: the list it holds says so until the next refresh.
+  function remember(hash) {
+    const list = load(LIST, { valid: [], checked_in: [] });
+    if (hash && !list.checked_in.includes(hash)) {
+      list.checked_in.push(hash);
+      list.valid = list.valid.filter((known) => known !== hash);
+      save(LIST, list);
     }
   }
 
