@@ -129,7 +129,8 @@ def reset_database() -> None:
                 cursor.execute(f"DELETE FROM {table}")
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         else:
-            cursor.execute(f"TRUNCATE {', '.join(tables)}")
+            # CASCADE: other apps' rows that point at tickets (the door's) go too.
+            cursor.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
 
 
 def prepare(n: int) -> None:
