@@ -95,9 +95,11 @@ def find_digest(code: str) -> TicketDigest | None:
     return row
 
 
-def judge(code) -> Verdict:
+def judge(code, *, typed: bool = False) -> Verdict:
     """Which ticket a scanned or typed code names, or why it names none.
-    Reads only (the digests aside): the scan service writes."""
+    Only a typed code may be a number: a camera that reads "5" off a
+    product's barcode must not admit T-0005. Reads only (the digests aside):
+    the scan service writes."""
     text = code.strip() if isinstance(code, str) else ""
     if not text:
         return Verdict(Scan.RED, NOT_OURS, "The code was empty.")
@@ -107,10 +109,10 @@ def judge(code) -> Verdict:
             NOT_OURS,
             f"The code is {len(code)} characters long; a ticket's is {SECRET_LENGTH}. It is not ours.",
         )
-    typed = TYPED.fullmatch(text)
-    if typed:
-        return judge_typed(typed["kind"] or "T", int(typed["number"]))
-    if not URL_SAFE.fullmatch(text):
+    number = TYPED.fullmatch(text)
+    if number and typed:
+        return judge_typed(number["kind"] or "T", int(number["number"]))
+    if number or not URL_SAFE.fullmatch(text):
         return Verdict(Scan.RED, NOT_OURS, "This QR code is not a Nightjar ticket.")
     if len(text) != SECRET_LENGTH:
         return Verdict(
@@ -204,19 +206,20 @@ def scan_ticket(
     scanned: datetime | None = None,
     offline: bool = False,
     admitted: bool = False,
+    typed: bool = False,
 ) -> Answer:
     """A scan at the door: the first scan of a valid ticket checks the guest
     in (the check-in and its scan in one transaction), every later one is
     amber with the original time and door, anything else red. A scan id seen
     before gets its first answer again and writes nothing. `admitted`: an
     offline door let the guest in before asking (a conflict if another scan
-    was first)."""
+    was first). `typed`: staff typed the code (a ticket or registration number)."""
     scan_id = checked_scan_id(scan_id)
     door = (door.strip() if isinstance(door, str) else "")[:40] or "door"
     previous = Scan.objects.select_related("ticket__registration").filter(scan_id=scan_id).first()
     if previous is not None:
         return answer_of(previous, repeated=True)
-    verdict = judge(code)
+    verdict = judge(code, typed=typed)
     now = timezone.now()
     at = believed(scanned, now)
     try:

@@ -80,6 +80,7 @@ def one_scan(request, body: dict) -> services.Answer:
         scanned=scanned_at(body.get("scanned_at")),
         offline=body.get("offline") is True,
         admitted=body.get("admitted") is True,
+        typed=body.get("typed") is True,
     )
 
 
@@ -110,7 +111,7 @@ def door_page(request):
 @require_POST
 @never_cache
 def scan_json(request):
-    """One scan: {"scan_id", "code", "door", optional "scanned_at", "offline", "admitted"}."""
+    """One scan: {"scan_id", "code", "door", optional "scanned_at", "offline", "admitted", "typed"}."""
     if answer := json_refused(request, "door.check_in"):
         return answer
     if over_rate_limit(request):

@@ -85,6 +85,7 @@
 
   async function submit(code, timing) {
     const scan = { scan_id: newId(), code: code, door: doorInput.value, scanned_at: new Date().toISOString() };
+    if (timing.typed) scan.typed = true;
     if (!navigator.onLine) return judgeOffline(scan, timing);
     try {
       const answer = await post(root.dataset.scanUrl, scan);
