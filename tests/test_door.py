@@ -2,10 +2,12 @@
 is scanned; red answers for anything that is not a ticket of this evening,
 writing nothing but the scan; undo with a reason on the history."""
 
+import io
 import threading
 import uuid
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from door import services
@@ -185,3 +187,15 @@ def test_arrivals_count_who_is_in_and_who_is_not():
     assert (seen.checked_in, seen.expected) == (1, 2)
     assert [t.name for t in seen.not_arrived] == ["Noor Haddad"]
     assert sum(count for _, count in seen.per_minute) == 1
+
+
+def test_the_undo_command_calls_the_same_service_and_fails_with_a_sentence():
+    ticket = mina()
+    scan(ticket.secret)
+    out = io.StringIO()
+    call_command("undo_check_in", ticket.number, "--reason", "let in by mistake", stdout=out)
+    assert f"Undid the check-in of {ticket.number}" in out.getvalue()
+    assert "(manage.py undo_check_in)" in StaffAction.objects.get(action="undo check-in").actor
+    with pytest.raises(CommandError, match="is not checked in") as refused:
+        call_command("undo_check_in", ticket.number, "--reason", "again")
+    assert refused.value.returncode == 1
