@@ -6,4 +6,4 @@ class DoorConfig(AppConfig):
     verbose_name = "Nightjar door"
 
     def ready(self) -> None:
-        from door import signals  # noqa: F401  (remembers tickets that repair removes)
+        from door import checks, signals  # noqa: F401  (registers the checks; remembers tickets that repair removes)

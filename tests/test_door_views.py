@@ -138,3 +138,11 @@ def test_a_scanned_secret_never_reaches_the_log(caplog):
         logging.getLogger("door").warning("scanned %s", ticket.secret)
     assert caplog.records
     assert ticket.secret not in caplog.text
+
+
+def test_a_negative_scan_limit_is_a_system_check_error(settings):
+    from door.checks import door_settings
+
+    assert door_settings(None) == []
+    settings.NIGHTJAR_DOOR_SCANS_PER_MINUTE = -1
+    assert [error.id for error in door_settings(None)] == ["door.E001"]
