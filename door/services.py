@@ -5,7 +5,7 @@ phone judges offline scans by, the arrivals)."""
 import hmac
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count
@@ -192,6 +192,9 @@ def checked_scan_id(scan_id) -> str:
 
 
 def believed(scanned: datetime | None, now: datetime) -> datetime:
+    """When an offline scan was made, by the device's clock if it is near ours."""
+    if scanned is not None and timezone.is_naive(scanned):
+        scanned = timezone.make_aware(scanned, UTC)  # no zone: UTC, what toISOString() sends
     if scanned is None or abs(now - scanned) > CLOCK_SLACK:
         return now
     return min(scanned, now)

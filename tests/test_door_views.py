@@ -86,6 +86,8 @@ def test_bad_bodies_get_a_400_with_a_sentence():
     assert (junk.status_code, no_id.status_code) == (400, 400)
     assert "scan needs its own id" in no_id.json()["error"]
     assert Scan.objects.count() == 0
+    for when in ("2026-12-02T19:02:00", "2026-13-45T99:00:00Z", "yesterday", 12):  # naive, impossible, junk
+        assert post_scan(door, "T-9999", scanned_at=when).status_code == 200
 
 
 def test_an_offline_sync_sent_twice_makes_one_check_in_and_the_conflict_shows_on_the_desk():
