@@ -67,7 +67,26 @@
         ? [answer.registration, answer.ticket].join(" · ")
         : answer.detail || "";
     if (navigator.vibrate) navigator.vibrate(answer.colour === "green" ? 80 : [200, 100, 200]);
+    beep(answer.colour === "green" ? 880 : answer.colour === "amber" ? 520 : 220);
     log.push(Object.assign({}, answer, timing));
+  }
+
+  // A short tone per answer, once the browser allows sound (after a tap on the page).
+  let audio = null;
+  document.addEventListener("pointerdown", () => {
+    if (!audio && window.AudioContext) audio = new AudioContext();
+  });
+  function beep(frequency) {
+    if (!audio) return;
+    try {
+      const tone = audio.createOscillator();
+      tone.frequency.value = frequency;
+      tone.connect(audio.destination);
+      tone.start();
+      tone.stop(audio.currentTime + 0.15);
+    } catch (error) {
+      audio = null;
+    }
   }
 
   async function post(url, body) {
