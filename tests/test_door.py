@@ -2,16 +2,30 @@
 is scanned; red answers for anything that is not a ticket of this evening,
 writing nothing but the scan; undo with a reason on the history."""
 
+import contextlib
+import http.client
 import io
+import json
+import os
+import signal
+import sqlite3
 import threading
+import time
+import urllib.error
+import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test import Client
 
 from door import services
 from door.models import CheckIn, Scan
+from tests.conftest import database_url, start_gunicorn
 from tickets import services as ticket_services
 from tickets.models import Registration, StaffAction, Ticket
 
@@ -199,3 +213,99 @@ def test_the_undo_command_calls_the_same_service_and_fails_with_a_sentence():
     with pytest.raises(CommandError, match="is not checked in") as refused:
         call_command("undo_check_in", ticket.number, "--reason", "again")
     assert refused.value.returncode == 1
+
+
+def wait_until(condition, what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"Not seen within {seconds} s: {what}")
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def database_held():
+    """A second session holding what the scan must write: SQLite's write lock,
+    or on PostgreSQL the check-in table (so the request waits inside its
+    transaction, its scan row written but not committed)."""
+    if connection.vendor == "sqlite":
+        held = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        held.execute("BEGIN IMMEDIATE")
+    else:
+        import psycopg
+
+        held = psycopg.connect(database_url().replace("postgres://", "postgresql://"))
+        held.execute("LOCK TABLE door_checkin IN ACCESS EXCLUSIVE MODE")
+    try:
+        yield
+    finally:
+        held.rollback()
+        held.close()
+
+
+def request_is_waiting(worker_pid: int) -> bool:
+    if connection.vendor == "sqlite":  # the web process opens the database for the request only
+        folder = Path(f"/proc/{worker_pid}/fd")
+        try:
+            return any(str(link.readlink()) == str(connection.settings_dict["NAME"]) for link in folder.iterdir())
+        except FileNotFoundError:  # a descriptor closed while we looked
+            return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO \"door_checkin\"%%'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scan_cut_off_by_a_web_restart_mid_request_is_one_check_in_when_sent_again(worker_env):
+    ticket = mina()
+    user = User.objects.create_user("door", password="x", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="check_in"))
+    client = Client()
+    client.force_login(user)  # a signed cookie: the web process reads it with the same key
+    csrf = "c" * 32
+    headers = {
+        "Cookie": f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}; csrftoken={csrf}",
+        "X-CSRFToken": csrf,
+        "Content-Type": "application/json",
+    }
+    body = json.dumps({"scan_id": "cut-off-1", "code": ticket.secret, "door": "door 1"}).encode()
+    services.fill_digests()  # the request's first write is then its own transaction's
+    env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}  # as the site fixture
+    server, url = start_gunicorn(env, "--workers", "1")
+
+    def send() -> dict:
+        request = urllib.request.Request(url + "/door/scan.json", data=body, headers=headers)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    try:
+        [worker_pid] = map(int, Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split())
+        cut_off = []
+        assert not request_is_waiting(worker_pid)  # so what it sees below is the scan's request
+        with database_held():
+            sender = threading.Thread(target=lambda: cut_off.append(catch(send)))
+            sender.start()
+            wait_until(lambda: request_is_waiting(worker_pid), "the scan request waiting on the database")
+            os.kill(worker_pid, signal.SIGKILL)  # the web process dies mid-request; gunicorn starts another
+            sender.join()
+        assert isinstance(cut_off[0], (urllib.error.URLError, http.client.HTTPException, ConnectionError))
+        assert not Scan.objects.filter(scan_id="cut-off-1").exists()
+
+        # The listening socket outlived the worker: this waits for the new one.
+        first = send()
+        assert (first["colour"], first["repeated"]) == ("green", False)  # nothing of the cut-off request stayed
+        assert send()["repeated"] is True  # and again: its first answer, nothing written
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert CheckIn.objects.count() == 1
+    assert Scan.objects.filter(scan_id="cut-off-1").count() == 1
+
+
+def catch(call):
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 (the caller looks at what it was)
+        return error
