@@ -1,6 +1,8 @@
 """status, retry and repair: staff commands over the services layer. None of
 them consumes or acks a delivery."""
 
+import signal
+
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -136,3 +138,29 @@ def test_repair_apply_from_the_command_line_leaves_a_trace():
     assert trace.action == "repair"
     assert "(manage.py repair --apply)" in trace.actor and "@" in trace.actor
     assert "deleted" in trace.detail
+
+
+def queue_line(output: str) -> str:
+    return next(line for line in output.splitlines() if line.startswith("Queue: "))
+
+
+def test_status_right_after_a_ctrl_c_at_after_commit_counts_the_queue_as_it_is_now(workers):
+    """The learner's Ctrl+C at after-commit, then `status` at once: nothing
+    attached, and the delivery back where the broker keeps it — RabbitMQ's
+    queue (ready), Redis's pending list (unacknowledged until a worker claims
+    it) — with no phantom held delivery or consumer while statistics catch up."""
+    registration = services.register_guest(name="Interrupted Guest")
+    worker = workers.start("--pause", "after-commit")
+    worker.wait_for(f"Received {registration.code} redelivered=False")
+    worker.wait_for("Paused after-commit.")
+    held = queue_line(run("status"))
+    assert held.startswith("Queue: 0 ready, ") and " 0 unacknowledged" not in held, held
+    assert held.endswith(", 1 consumers, 0 dead-lettered"), held
+    worker.signal(signal.SIGINT)  # Ctrl+C
+    status, output = worker.finish()
+    assert status == 130, output
+    line = queue_line(run("status"))
+    if transport.kind() == "amqp":
+        assert line == "Queue: 1 ready, 0 unacknowledged, 0 consumers, 0 dead-lettered", line
+    else:
+        assert line == "Queue: 0 ready, 1 unacknowledged, 0 consumers, 0 dead-lettered", line

@@ -23,10 +23,14 @@ class Command(BaseCommand):
             self.stdout.write(f"Queue: unknown ({status.queue_error})")
         else:
             q = status.queue
-            unacked = q["unacked"] if q["unacked"] is not None else "unknown"
+            if q["unacked"] is None:
+                unacked = f"unacknowledged unknown ({q['unacked_error']})"
+            elif q.get("unacked_lags"):  # RabbitMQ's statistics: seconds old
+                unacked = f"{q['unacked']} unacknowledged (by {status.broker}'s statistics, a few seconds old)"
+            else:
+                unacked = f"{q['unacked']} unacknowledged"
             self.stdout.write(
-                f"Queue: {q['ready']} ready, {unacked} unacknowledged, {q['consumers']} consumers, "
-                f"{q['dead']} dead-lettered"
+                f"Queue: {q['ready']} ready, {unacked}, {q['consumers']} consumers, {q['dead']} dead-lettered"
             )
             if "pending_per_consumer" in q:  # Redis Streams: who holds what
                 held = ", ".join(f"{name} {count}" for name, count in q["pending_per_consumer"].items()) or "none"
