@@ -13,9 +13,10 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
   (`redelivered=True`); entries pending under a consumer that is gone are
   claimed with XAUTOCLAIM once idle for NIGHTJAR_CLAIM_IDLE_SECONDS. A claim
   does not prove the first owner dead; the completion key makes that harmless.
-- Give up: an entry handed out more than NIGHTJAR_DELIVERY_LIMIT + 1 times
-  (the pending entry's delivery counter) is moved to `<queue>.dead` (XADD
-  there, then XACK), as RabbitMQ's quorum queue dead-letters it.
+- Give up: the worker parks after its own count of failures; as a backstop
+  (what RabbitMQ's x-delivery-limit is), an entry handed out more than
+  NIGHTJAR_DELIVERY_LIMIT + 1 times (the pending entry's delivery counter,
+  Ctrl+C returns included) is moved to `<queue>.dead` (XADD there, then XACK).
 - Retention: XADD trims the stream to about NIGHTJAR_STREAM_MAXLEN entries.
   An entry trimmed before it was handled only loses its message: the
   registration is in the database and reconcile publishes it again.
