@@ -109,7 +109,10 @@ def test_status_shows_each_state_totals_and_queue_depth(workers):
     assert f"{issued.code}  ticket issued" in output
     assert f"{pending.code}  pending" in output
     assert f"{duplicated.code}  duplicate tickets" in output
-    assert "Registrations: 3  pending: 1  issued: 1  duplicate tickets: 1  tickets: 3" in output
+    assert (
+        "Registrations: 3  pending: 1  issued: 1  ticket without its key: 0  key without ticket: 0  duplicate tickets: 1"
+        in output
+    )
     assert "Queue: 1 ready" in output
 
 
@@ -164,3 +167,26 @@ def test_status_right_after_a_ctrl_c_at_after_commit_counts_the_queue_as_it_is_n
         assert line == "Queue: 1 ready, 0 unacknowledged, 0 consumers, 0 dead-lettered", line
     else:
         assert line == "Queue: 0 ready, 1 unacknowledged, 0 consumers, 0 dead-lettered", line
+
+
+def test_status_totals_count_each_state_once_and_add_up():
+    """One meaning per state (the design's states): a key without its ticket
+    is not pending, a ticket without its key is not issued, and the totals
+    line counts exactly the rows status lists in each state."""
+    issued = Registration.objects.create(name="Issued")
+    Completion.objects.create(registration=issued)
+    Ticket.objects.create(registration=issued, name="Issued")
+    without_key = Registration.objects.create(name="Ticket Only")
+    Ticket.objects.create(registration=without_key, name="Ticket Only")
+    key_only = Registration.objects.create(name="Key Only")
+    Completion.objects.create(registration=key_only)
+    Registration.objects.create(name="Waiting")
+    with_duplicates("Doubled", extra=1)
+    output = run("status")
+    rows = [line.split("  ")[1].strip() for line in output.splitlines() if line.startswith("R-")]
+    assert rows == ["ticket issued", "ticket without its key", "key without ticket", "pending", "duplicate tickets"]
+    assert (
+        "Registrations: 5  pending: 1  issued: 1  ticket without its key: 1  key without ticket: 1  "
+        "duplicate tickets: 1  tickets: 4  rejected messages: 0"
+    ) in output, output
+    assert "Parked: 0 " in output

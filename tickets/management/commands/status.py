@@ -16,6 +16,7 @@ class Command(BaseCommand):
         status = services.delivery_status()
         self.stdout.write(
             f"Registrations: {status.registrations}  pending: {status.pending}  issued: {status.issued}  "
+            f"ticket without its key: {status.without_key}  key without ticket: {status.key_only}  "
             f"duplicate tickets: {status.duplicates}  tickets: {status.tickets}  rejected messages: {status.rejected}"
         )
         self.stdout.write(f"Parked: {status.parked} ({status.waiting_for_staff} waiting for staff: see `parked`)")
