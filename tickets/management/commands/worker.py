@@ -34,7 +34,7 @@ class Command(BaseCommand):
             "--prefetch",
             type=int,
             default=10,
-            help="Unacked deliveries RabbitMQ may send ahead in --serve (default 10).",
+            help="Unacked deliveries the broker may send ahead in --serve (default 10).",
         )
         parser.add_argument(
             "--batch",
