@@ -158,7 +158,8 @@ class Command(BaseCommand):
             worker.connect()
             if options["drain"]:
                 count = worker.drain()
-                self.stdout.write(f"Drained {count} deliveries; no ready registrations left.")
+                deliveries = "delivery" if count == 1 else "deliveries"
+                self.stdout.write(f"Drained {count} {deliveries}; no ready registrations left.")
             elif not worker.once():
                 self.stdout.write("No ready registrations")
         except KeyboardInterrupt:
