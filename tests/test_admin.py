@@ -166,7 +166,7 @@ def test_delivery_status_page_counts_rows_and_the_queue(staff):
     assert '<th scope="row">Unacknowledged</th><td>0</td>' in page
     assert "Oldest pending registration" in page
     if transport.kind() == "redis_streams":  # who holds what, and the stream kept for history
-        assert '<th scope="row">Pending per consumer</th><td>none</td>' in page
+        assert '<th scope="row">Unacknowledged per consumer</th><td>none</td>' in page
         assert '<th scope="row">Stream length</th><td>1 entries' in page
 
 

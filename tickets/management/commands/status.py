@@ -35,7 +35,7 @@ class Command(BaseCommand):
             )
             if "pending_per_consumer" in q:  # Redis Streams: who holds what
                 held = ", ".join(f"{name} {count}" for name, count in q["pending_per_consumer"].items()) or "none"
-                self.stdout.write(f"Stream: {q['length']} entries; pending per consumer: {held}")
+                self.stdout.write(f"Stream: {q['length']} entries; unacknowledged per consumer: {held}")
             if replicas := services.describe_replicas(q):
                 self.stdout.write(f"Replicas: {replicas}")
         workers = services.worker_reports()
