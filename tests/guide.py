@@ -288,6 +288,32 @@ def _substitute_ports(command: str, ports: dict[str, int]) -> str:
     return command
 
 
+GUIDE_MARKERS = re.compile(r"stop the site|wait \d+(\.\d+)?|kill -9|paste lab/handler\.py")
+BROWSER_MARKERS = re.compile(r'register "[^"]+" R-\d+|(no )?ticket R-\d+')
+
+
+def check_markup(path: Path) -> list[str]:
+    """What the runner could not follow in `path`, without running anything:
+    unknown markers, console blocks outside a part, a paste with no python
+    block after it, more than one ^C for one command."""
+    problems = []
+    steps = parse(path.read_text())
+    for index, step in enumerate(steps):
+        where = f"{path}:{step.line}"
+        if step.kind == "guide" and not GUIDE_MARKERS.fullmatch(step.text):
+            problems.append(f"{where}: unknown guide marker {step.text!r}")
+        if step.kind == "browser" and not BROWSER_MARKERS.fullmatch(step.text):
+            problems.append(f"{where}: unknown browser step {step.text!r}")
+        if step.kind == "console" and step.part is None:
+            problems.append(f"{where}: a console block before any <!-- guide: part ... -->")
+        if step.text == "paste lab/handler.py" and not any(s.kind == "python" for s in steps[index + 1 :]):
+            problems.append(f"{where}: nothing to paste (no python block after it)")
+        for command in step.commands:
+            if sum(line.startswith("^C") for line in command.expected) > 1:
+                problems.append(f"{path}:{command.line}: more than one ^C for one command")
+    return problems
+
+
 def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) -> dict[str, float]:
     """Walk `path`'s `part` (rabbitmq or redis) in a fresh copy of the checkout
     under workdir; raise GuideMismatch listing every block that differs.
@@ -298,6 +324,9 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
     steps = [step for step in parse(text) if step.part == part]
     if not steps:
         raise ValueError(f"{path} has no part {part!r}")
+    problems = check_markup(path)
+    if problems:
+        raise ValueError("\n".join(problems))
     checkout = copy_checkout(workdir / "checkout")
     host = socket.gethostname()
     site: LocalRun | None = None
@@ -396,7 +425,12 @@ def _write_back(path: Path, text: str, commands: list[Command], host: str, ports
         actual = re.sub(rf"\b{re.escape(host)}\b", GUIDE_HOST, actual)
         for name, port in ports.items():
             actual = re.sub(rf"\b{port}\b", str(GUIDE_PORTS[name]), actual)
+        new = actual.split("\n") if actual else []
+        if len(new) == len(command.expected):  # keep the guide's lines that differ only by a time, a pid...
+            new = [
+                old if normalise(old, GUIDE_HOST, GUIDE_PORTS) == normalise(line, GUIDE_HOST, GUIDE_PORTS) else line
+                for old, line in zip(command.expected, new, strict=True)
+            ]
         start = command.line  # index of the line after the `$ ` (0-based == 1-based line)
-        end = start + len(command.expected)
-        lines[start:end] = actual.split("\n") if actual else []
+        lines[start : start + len(command.expected)] = new
     path.write_text("\n".join(lines))

@@ -10,14 +10,24 @@ import os
 import pytest
 
 from tests.conftest import ROOT, TRANSPORT
-from tests.guide import run_guide
+from tests.guide import check_markup, parse, run_guide
 
-pytestmark = pytest.mark.skipif(
+GUIDE = ROOT / "docs" / "lab.md"
+SQLITE_LEGS_ONLY = pytest.mark.skipif(
     bool(os.environ.get("DATABASE_URL")), reason="the guide's lab runs on SQLite; run in the SQLite legs"
 )
 
 
+def test_the_runner_can_follow_every_step_of_the_guide():
+    """Fast: every marker is one the runner knows, every block is in a part,
+    and both parts exist (a typo would otherwise skip a step silently)."""
+    assert check_markup(GUIDE) == []
+    parts = {step.part for step in parse(GUIDE.read_text()) if step.kind == "console"}
+    assert parts == {"rabbitmq", "redis"}
+
+
+@SQLITE_LEGS_ONLY
 def test_the_lab_guide_shows_what_really_happens(tmp_path):
     part = "redis" if TRANSPORT == "redis" else "rabbitmq"
-    timings = run_guide(ROOT / "docs" / "lab.md", part, tmp_path)
+    timings = run_guide(GUIDE, part, tmp_path)
     print(f"docs/lab.md ({part}): " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()))
