@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.guide import MARKER, run_guide
+from tests.guide import MARKER, check_markup, run_guide
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGLISH = ROOT / "docs" / "lab.md"
@@ -55,6 +55,7 @@ def test_the_russian_guide_has_the_english_guides_blocks_and_markup_in_order():
             "(python -m tests.test_lab_guide_ru copies the English blocks over):\n"
             f"--- English\n{en}\n--- Russian\n{ru}"
         )
+    assert check_markup(RUSSIAN) == []
     assert len(russian) == len(english), (
         f"docs/lab.ru.md has {len(russian)} blocks and markers, docs/lab.md {len(english)}: "
         "a block or a marker was added or left out"
