@@ -21,7 +21,8 @@ walks the guide from top to bottom and does every step of `part`:
   the runner SIGKILLs the terminal's foreground job (what `kill -9 <pid>` from
   another terminal does; bash then prints `Killed`);
 - `<!-- guide: wait N -->`: the learner waits N seconds before the next block
-  (an idle time the guide relies on, never an assertion);
+  (an idle time the guide relies on, never an assertion); `wait N after kill`:
+  until N seconds have passed since the last `kill -9`;
 - `<!-- guide: paste lab/handler.py -->`: the next ```python block is written to
   lab/handler.py (the learner pasting the step's whole file);
 - `<!-- browser: register "NAME" R-000N -->`, `<!-- browser: ticket R-000N -->`,
@@ -66,6 +67,7 @@ GUIDE_HOST = "vm"
 GUIDE_PORTS = {"rabbitmq": 5673, "redis": 6380, "site": 8000}
 PROMPT = "__GUIDE_PROMPT__ "
 COMMAND_TIMEOUT = 300
+SHOWN_FAILURES = 5  # in full; the rest by file:line
 # A person reads the pause line before pressing a key: a paused worker reports
 # itself (status's Workers block) within its first 0.2 s of waiting.
 HUMAN_DELAY = 1.0
@@ -165,6 +167,7 @@ class Terminal:
         )
         os.close(slave)
         self.buffer = ""
+        self.last_kill = 0.0
         self.changed = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
         # PROMPT_COMMAND puts the marker back after `source .venv/bin/activate` prefixes it.
@@ -211,6 +214,7 @@ class Terminal:
                     self._type(chr(termios.tcgetattr(self.fd)[6][termios.VINTR][0]))
                 else:
                     os.killpg(os.tcgetpgrp(self.fd), signal.SIGKILL)
+                    self.last_kill = time.monotonic()
                 break
         if not self._wait(lambda: self.buffer.endswith(PROMPT), COMMAND_TIMEOUT):
             self._type("\x03")  # stuck: interrupt it and report what it printed
@@ -288,7 +292,7 @@ def _substitute_ports(command: str, ports: dict[str, int]) -> str:
     return command
 
 
-GUIDE_MARKERS = re.compile(r"stop the site|wait \d+(\.\d+)?|kill -9|paste lab/handler\.py")
+GUIDE_MARKERS = re.compile(r"stop the site|wait \d+(\.\d+)?( after kill)?|kill -9|paste lab/handler\.py")
 BROWSER_MARKERS = re.compile(r'register "[^"]+" R-\d+|(no )?ticket R-\d+')
 
 
@@ -348,6 +352,9 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
                     site = None
                 elif step.text.startswith("wait "):
                     wait = float(step.text.split()[1])
+                    if step.text.endswith(" after kill"):
+                        assert terminal and terminal.last_kill, f"{where}: no kill -9 before it"
+                        wait = terminal.last_kill + wait - time.monotonic()
                 elif step.text in ("kill -9", "paste lab/handler.py"):
                     pending.add(step.text)
                 else:
@@ -366,7 +373,7 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
                     (checkout / "lab").mkdir(exist_ok=True)
                     (checkout / "lab" / "handler.py").write_text(step.text)
             elif step.kind == "console":
-                if wait:
+                if wait > 0:
                     time.sleep(wait)
                     wait = 0.0
                 kill = "kill -9" in pending
@@ -410,8 +417,13 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
     if update:
         _write_back(path, text, commands, host, ports)
     elif failures:
+        shown, rest = failures[:SHOWN_FAILURES], failures[SHOWN_FAILURES:]
+        also = "".join(f"\n  {failure.split(chr(10))[0]}" for failure in rest)
         raise GuideMismatch(
-            f"{len(failures)} step(s) of {path} ({part}) differ from a real run:\n\n" + "\n\n".join(failures)
+            f"{len(failures)} step(s) of {path} ({part}) differ from a real run "
+            f"(re-capture with GUIDE_UPDATE=1 once the change is meant):\n\n"
+            + "\n\n".join(shown)
+            + (f"\n\nAnd {len(rest)} more:{also}" if rest else "")
         )
     return timings
 
