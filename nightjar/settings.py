@@ -94,8 +94,9 @@ NIGHTJAR_BROKER_URL = (
 # admin's status page (bin/run's node serves it on port 15673).
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15673/")
 NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE", "nightjar.registrations")
-# After this many failed deliveries RabbitMQ dead-letters a message instead of
-# redelivering it forever (quorum queue x-delivery-limit).
+# After this many failed attempts the worker parks a registration for staff
+# (Nightjar's own count); also the broker's backstop (quorum queue
+# x-delivery-limit; Redis: the transport's), which counts returns too.
 NIGHTJAR_DELIVERY_LIMIT = envint("NIGHTJAR_DELIVERY_LIMIT", 20, minimum=1)
 # The longest a web request, a command or a health check waits on the broker
 # for one publish or one look: past it the registration is left for reconcile.

@@ -44,6 +44,26 @@ def test_the_list_shows_state_and_ticket_count_and_filters_by_state(staff):
     assert pending.name in pending_page and issued.name not in pending_page
 
 
+def test_each_state_filter_lists_the_registrations_status_shows_in_that_state(staff):
+    """The filters use the design's states: a ticket without its key is not
+    "ticket issued", a key without its ticket is not "pending"."""
+    issued = with_tickets("Issued Person", 1)
+    without_key = Registration.objects.create(name="Ticket Only Person")
+    Ticket.objects.create(registration=without_key, name=without_key.name)
+    key_only = Registration.objects.create(name="Key Only Person")
+    Completion.objects.create(registration=key_only)
+    waiting = with_tickets("Waiting Person", 0)
+    everyone = [issued, without_key, key_only, waiting]
+    for state, expected in (
+        ("issued", issued),
+        ("without_key", without_key),
+        ("key_only", key_only),
+        ("pending", waiting),
+    ):
+        page = staff.get(CHANGELIST, {"state": state}).content.decode()
+        assert [r.name for r in everyone if r.name in page] == [expected.name], state
+
+
 def test_search_finds_by_code_and_by_name(staff):
     ada = with_tickets("Ada Lovelace", 1)
     with_tickets("Grace Hopper", 1)
@@ -146,7 +166,7 @@ def test_delivery_status_page_counts_rows_and_the_queue(staff):
     assert '<th scope="row">Unacknowledged</th><td>0</td>' in page
     assert "Oldest pending registration" in page
     if transport.kind() == "redis_streams":  # who holds what, and the stream kept for history
-        assert '<th scope="row">Pending per consumer</th><td>none</td>' in page
+        assert '<th scope="row">Unacknowledged per consumer</th><td>none</td>' in page
         assert '<th scope="row">Stream length</th><td>1 entries' in page
 
 

@@ -1,6 +1,9 @@
 """status, retry and repair: staff commands over the services layer. None of
 them consumes or acks a delivery."""
 
+import signal
+import socket
+
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -107,7 +110,10 @@ def test_status_shows_each_state_totals_and_queue_depth(workers):
     assert f"{issued.code}  ticket issued" in output
     assert f"{pending.code}  pending" in output
     assert f"{duplicated.code}  duplicate tickets" in output
-    assert "Registrations: 3  pending: 1  issued: 1  duplicate tickets: 1  tickets: 3" in output
+    assert (
+        "Registrations: 3  pending: 1  issued: 1  ticket without its key: 0  key without ticket: 0  duplicate tickets: 1"
+        in output
+    )
     assert "Queue: 1 ready" in output
 
 
@@ -136,3 +142,54 @@ def test_repair_apply_from_the_command_line_leaves_a_trace():
     assert trace.action == "repair"
     assert "(manage.py repair --apply)" in trace.actor and "@" in trace.actor
     assert "deleted" in trace.detail
+
+
+def queue_line(output: str) -> str:
+    return next(line for line in output.splitlines() if line.startswith("Queue: "))
+
+
+def test_status_right_after_a_ctrl_c_at_after_commit_counts_the_queue_as_it_is_now(workers):
+    """The learner's Ctrl+C at after-commit, then `status` at once: nothing
+    attached, and the delivery back where the broker keeps it — RabbitMQ's
+    queue (ready), Redis's pending list (unacknowledged until a worker claims
+    it) — with no phantom held delivery or consumer while statistics catch up."""
+    registration = services.register_guest(name="Interrupted Guest")
+    worker = workers.start("--pause", "after-commit")
+    worker.wait_for(f"Received {registration.code} redelivered=False")
+    worker.wait_for("Paused after-commit.")
+    held = queue_line(run("status"))
+    assert held.startswith("Queue: 0 ready, ") and " 0 unacknowledged" not in held, held
+    assert held.endswith(", 1 consumers, 0 dead-lettered"), held
+    worker.signal(signal.SIGINT)  # Ctrl+C
+    status, output = worker.finish()
+    assert status == 130, output
+    line = queue_line(run("status"))
+    if transport.kind() == "amqp":
+        assert line == "Queue: 1 ready, 0 unacknowledged, 0 consumers, 0 dead-lettered", line
+    else:
+        assert line == "Queue: 0 ready, 1 unacknowledged, 0 consumers, 0 dead-lettered", line
+        held_by = f"Stream: 1 entries; unacknowledged per consumer: {socket.gethostname()} 1"
+        assert held_by in run("status")  # Redis's "pending" is not the registrations' pending
+
+
+def test_status_totals_count_each_state_once_and_add_up():
+    """One meaning per state (the design's states): a key without its ticket
+    is not pending, a ticket without its key is not issued, and the totals
+    line counts exactly the rows status lists in each state."""
+    issued = Registration.objects.create(name="Issued")
+    Completion.objects.create(registration=issued)
+    Ticket.objects.create(registration=issued, name="Issued")
+    without_key = Registration.objects.create(name="Ticket Only")
+    Ticket.objects.create(registration=without_key, name="Ticket Only")
+    key_only = Registration.objects.create(name="Key Only")
+    Completion.objects.create(registration=key_only)
+    Registration.objects.create(name="Waiting")
+    with_duplicates("Doubled", extra=1)
+    output = run("status")
+    rows = [line.split("  ")[1].strip() for line in output.splitlines() if line.startswith("R-")]
+    assert rows == ["ticket issued", "ticket without its key", "key without ticket", "pending", "duplicate tickets"]
+    assert (
+        "Registrations: 5  pending: 1  issued: 1  ticket without its key: 1  key without ticket: 1  "
+        "duplicate tickets: 1  tickets: 4  rejected messages: 0"
+    ) in output, output
+    assert "Parked: 0 " in output

@@ -1,9 +1,10 @@
-"""The delivery limit and what happens after it. RabbitMQ (3.x) counts every
-return of a delivery towards its limit — a Ctrl+C at a checkpoint, a restarted
-worker — not only failures. Nightjar counts failures itself: what RabbitMQ
-dead-letters is collected from `.dead` into the database, parked for staff
-when the worker recorded failures for it, published again when interruptions
-alone used up the limit. Reconcile never republishes a parked registration."""
+"""The delivery limit and what happens after it. RabbitMQ before 4.3 (and
+Redis's transport) counts every return of a delivery towards its backstop
+limit — a Ctrl+C at a checkpoint, a restarted worker — not only failures.
+Nightjar counts failures itself: what the backstop dead-letters is collected
+from `.dead` into the database, parked for staff when the worker recorded
+failures for it, published again when interruptions alone used up the limit.
+Reconcile never republishes a parked registration."""
 
 import signal
 from io import StringIO
@@ -17,7 +18,7 @@ from tickets import contract, services, transport
 from tickets.models import DeliveryFailure, ParkedDelivery, RejectedMessage, StaffAction
 
 pytestmark = pytest.mark.django_db(transaction=True)
-LIMIT = 2  # RabbitMQ dead-letters on the third return
+LIMIT = 2  # the broker's backstop (Redis: the transport's) dead-letters on the third return
 
 
 @pytest.fixture
@@ -59,7 +60,12 @@ def test_interruptions_alone_use_up_the_limit_but_the_registration_comes_back(lo
     registration = services.register_guest(name="Often Interrupted")
     outputs = [interrupt_at_a_checkpoint(low_limit) for _ in range(LIMIT + 1)]
     assert "No ready registrations" in low_limit.run().stdout  # dead-lettered (Redis: by this read)
-    assert f"It has gone back 1 time(s); past 2 returns {transport.name()} dead-letters it" in outputs[0]
+    assert "No failure is recorded, so it never counts towards parking (2 failed attempts)." in outputs[0]
+    who = {
+        "amqp": "RabbitMQ before 4.3 counts returns too and past 2 moves it to the dead-letter queue",
+        "redis_streams": "past 2 returns the worker moves it to the dead-letter stream",
+    }[transport.kind()]
+    assert f"It has gone back 1 time(s); {who}, and the next reconcile publishes it again." in outputs[0]
     assert "It has gone back 3 time(s)" in outputs[-1]
     assert transport.queue_counts()["dead"] == 1
 

@@ -67,6 +67,8 @@ class StateFilter(admin.SimpleListFilter):
         return [
             ("pending", "pending"),
             ("issued", "ticket issued"),
+            ("without_key", "ticket without its key"),
+            ("key_only", "key without ticket"),
             ("duplicates", "duplicate tickets"),
             ("parked", "parked"),
             ("rejected", "rejected deliveries"),
@@ -78,7 +80,11 @@ class StateFilter(admin.SimpleListFilter):
         if self.value() == "parked":
             return queryset.filter(pk__in=services.parked_without_ticket().values("pk"))
         if self.value() == "issued":
-            return queryset.filter(ticket_count=1)
+            return queryset.filter(ticket_count=1, completed=True)
+        if self.value() == "without_key":
+            return queryset.filter(ticket_count=1, completed=False)
+        if self.value() == "key_only":
+            return queryset.filter(ticket_count=0, completed=True, parked=False)
         if self.value() == "duplicates":
             return queryset.filter(ticket_count__gt=1)
         if self.value() == "rejected":

@@ -64,7 +64,9 @@ class DeskCollector:
 
         gauges = services.desk_gauges()
         yield GaugeMetricFamily(
-            "nightjar_registrations_pending", "Registrations without a ticket, not parked.", value=gauges["pending"]
+            "nightjar_registrations_pending",
+            "Registrations without a ticket or its key, not parked.",
+            value=gauges["pending"],
         )
         yield GaugeMetricFamily(
             "nightjar_registrations_parked", "Registrations parked for staff.", value=gauges["parked"]

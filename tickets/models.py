@@ -293,9 +293,10 @@ class ParkedManager(models.Manager):
 
 
 class ParkedDelivery(models.Model):
-    """A delivery that used up its delivery limit (RabbitMQ dead-lettered it),
-    moved from `<queue>.dead` into the database for a person: requeue or
-    discard. Reconcile leaves a parked registration alone."""
+    """A delivery that used up its delivery limit — the worker counted its
+    failures to NIGHTJAR_DELIVERY_LIMIT, or the broker's backstop moved it to
+    `<queue>.dead` and reconcile collected it — held in the database for a
+    person: requeue or discard. Reconcile leaves a parked registration alone."""
 
     REQUEUED = "requeued"
     DISCARDED = "discarded"

@@ -494,7 +494,7 @@ class RegistrationState:
 
 def describe_state(*, tickets: int, completed: bool, parked: bool = False) -> str:
     if tickets == 0:
-        return "parked" if parked else "pending"
+        return "parked" if parked else "key without ticket" if completed else "pending"
     if tickets > 1:
         return "duplicate tickets"
     return "ticket issued" if completed else "ticket without its key"
@@ -528,7 +528,7 @@ def registration_states(limit: int | None = None) -> list[RegistrationState]:
 class DeliveryStatus:
     registrations: int
     pending: int
-    issued: int
+    issued: int  # exactly one ticket and its key: the state "ticket issued"
     duplicates: int
     tickets: int
     rejected: int
@@ -537,11 +537,15 @@ class DeliveryStatus:
     queue: dict | None
     queue_error: str = ""
     broker: str = ""
+    without_key: int = 0  # one ticket, no key
+    key_only: int = 0  # a key, no ticket, not parked
 
 
 def delivery_status() -> DeliveryStatus:
-    """Totals from the database and the queue depth from the broker (or why not)."""
+    """Totals from the database, one per state (they add up to the
+    registrations), and the queue depth from the broker (or why not)."""
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
+    one_ticket = per_registration.filter(ticket_count=1)
     try:
         queue, queue_error = transport.queue_counts(), ""
     except transport.BrokerError as error:
@@ -549,7 +553,9 @@ def delivery_status() -> DeliveryStatus:
     return DeliveryStatus(
         registrations=Registration.objects.count(),
         pending=pending_registrations().count(),
-        issued=per_registration.filter(ticket_count=1).count(),
+        issued=one_ticket.filter(has_key()).count(),
+        without_key=one_ticket.filter(~has_key()).count(),
+        key_only=Registration.objects.filter(has_key(), ~has_ticket(), ~is_parked()).count(),
         duplicates=per_registration.filter(ticket_count__gt=1).count(),
         tickets=Ticket.objects.count(),
         rejected=RejectedMessage.objects.count(),

@@ -256,11 +256,13 @@ class Worker:
         sentence = f"Interrupted; the delivery goes back to {transport.name()}."
         if self.current is None:
             return sentence
-        # RabbitMQ 3.x counts every return towards the delivery limit, a Ctrl+C too.
+        # Parking is Nightjar's own count of failures; returns only meet the
+        # broker's backstop limit, which each transport says in its own words.
         returns, limit = self.current.attempts + 1, settings.NIGHTJAR_DELIVERY_LIMIT
         return (
-            f"{sentence} It has gone back {returns} time(s); past {limit} returns {transport.name()} dead-letters it,"
-            " and the next reconcile publishes it again (no failure was recorded)."
+            f"{sentence} No failure is recorded, so it never counts towards parking ({limit} failed attempts)."
+            f" It has gone back {returns} time(s); {transport.past_the_return_limit(limit)},"
+            " and the next reconcile publishes it again."
         )
 
     def check(self, delivery: transport.Delivery) -> tuple[contract.Message, float | None]:

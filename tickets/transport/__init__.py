@@ -31,8 +31,10 @@ class Delivery(NamedTuple):
     tag: int | str  # opaque: what ack() and requeue() take back
     redelivered: bool
     message_id: str
-    # How many times the broker had handed it out before; past
-    # NIGHTJAR_DELIVERY_LIMIT returns it is dead-lettered.
+    # How many times the broker had handed it out before (RabbitMQ before
+    # 4.3 and Redis: every return; RabbitMQ 4.3: failures only); past
+    # NIGHTJAR_DELIVERY_LIMIT of them the broker's backstop dead-letters it.
+    # Parking is the worker's own count of failures (services.park_after_failures).
     attempts: int = 0
 
 
@@ -59,6 +61,18 @@ def kind() -> str:
 def name() -> str:
     """The broker's name for people: RabbitMQ or Redis."""
     return NAMES[kind()]
+
+
+# Who dead-letters a delivery that goes back too often (no failure recorded),
+# after "It has gone back N time(s); ": the worker's Ctrl+C message.
+RETURN_LIMITS = {
+    "amqp": "RabbitMQ before 4.3 counts returns too and past {limit} moves it to the dead-letter queue",
+    "redis_streams": "past {limit} returns the worker moves it to the dead-letter stream",
+}
+
+
+def past_the_return_limit(limit: int) -> str:
+    return RETURN_LIMITS[kind()].format(limit=limit)
 
 
 def backend():

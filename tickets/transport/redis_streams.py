@@ -13,9 +13,10 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
   (`redelivered=True`); entries pending under a consumer that is gone are
   claimed with XAUTOCLAIM once idle for NIGHTJAR_CLAIM_IDLE_SECONDS. A claim
   does not prove the first owner dead; the completion key makes that harmless.
-- Give up: an entry handed out more than NIGHTJAR_DELIVERY_LIMIT + 1 times
-  (the pending entry's delivery counter) is moved to `<queue>.dead` (XADD
-  there, then XACK), as RabbitMQ's quorum queue dead-letters it.
+- Give up: the worker parks after its own count of failures; as a backstop
+  (what RabbitMQ's x-delivery-limit is), an entry handed out more than
+  NIGHTJAR_DELIVERY_LIMIT + 1 times (the pending entry's delivery counter,
+  Ctrl+C returns included) is moved to `<queue>.dead` (XADD there, then XACK).
 - Retention: XADD trims the stream to about NIGHTJAR_STREAM_MAXLEN entries.
   An entry trimmed before it was handled only loses its message: the
   registration is in the database and reconcile publishes it again.
@@ -42,7 +43,7 @@ CLAIM_EVERY_SECONDS = 5.0
 ACTIVE_CONSUMER_MS = 10_000
 
 
-def client(*, socket_timeout: float | None = None) -> redis.Redis:
+def client(*, socket_timeout: float | None = None, client_name: str | None = None) -> redis.Redis:
     """A client with deadlines on every call: a frozen server (it accepts TCP,
     answers nothing) costs at most the timeout."""
     timeout = socket_timeout or settings.NIGHTJAR_BROKER_TIMEOUT
@@ -52,7 +53,14 @@ def client(*, socket_timeout: float | None = None) -> redis.Redis:
         socket_connect_timeout=settings.NIGHTJAR_BROKER_TIMEOUT,
         retry_on_timeout=False,
         health_check_interval=0,
+        client_name=client_name,
     )
+
+
+def worker_client_name() -> str:
+    """The name (CLIENT SETNAME) of every worker connection to this queue:
+    status counts the connections open now, as RabbitMQ counts consumers."""
+    return "nightjar-worker:" + "".join(c if c > " " else "_" for c in queue_name())
 
 
 def translated(action: str, error: Exception) -> BrokerError:
@@ -124,7 +132,7 @@ class Consumer:
         self.prefetch = prefetch
         self.name = consumer_name()
         # Blocking reads wait up to a few seconds: the socket must outwait them.
-        self._client = client(socket_timeout=settings.NIGHTJAR_BROKER_TIMEOUT + 10)
+        self._client = client(socket_timeout=settings.NIGHTJAR_BROKER_TIMEOUT + 10, client_name=worker_client_name())
         where = self._client.connection_pool.connection_kwargs
         self.node = f"{where.get('host', where.get('path', ''))}:{where.get('port', '')}".rstrip(":")
         self._read_own_pending = True  # at start, and after a hand-back
@@ -337,7 +345,9 @@ def short_call(action: str, function):
 
 
 def queue_counts() -> dict:
-    """Stream length, entries not yet read by the group, pending (per consumer), consumers, dead."""
+    """Stream length, entries not yet read by the group, pending (per consumer), consumers, dead.
+    All as they are now: pending entries stay pending (unacknowledged) after
+    their worker is gone, until a worker claims them."""
 
     def count(connection: redis.Redis) -> dict:
         ensure_group(connection)
@@ -347,9 +357,7 @@ def queue_counts() -> dict:
             "ready": group.get("lag") or 0,
             "unacked": group["pending"],
             "unacked_error": "",
-            # Like RabbitMQ's count, the consumers attached now: a serving worker
-            # asks at least every few seconds; the group remembers the others.
-            "consumers": sum(1 for c in consumers if c["idle"] < ACTIVE_CONSUMER_MS),
+            "consumers": attached_workers(connection, consumers),
             "pending_per_consumer": {
                 (c["name"].decode() if isinstance(c["name"], bytes) else c["name"]): c["pending"] for c in consumers
             },
@@ -358,6 +366,19 @@ def queue_counts() -> dict:
         }
 
     return short_call("queue status", count)
+
+
+def attached_workers(connection: redis.Redis, consumers: list[dict]) -> int:
+    """Like RabbitMQ's count, the worker connections open now (the group
+    remembers consumers long gone, and a Ctrl+C'd one looks recent for a
+    while). Where CLIENT LIST is refused (an ACL without @admin): the group's
+    consumers that asked within ACTIVE_CONSUMER_MS — a serving worker asks
+    every few seconds — which lags by that much."""
+    try:
+        clients = connection.client_list()
+    except redis.exceptions.ResponseError:
+        return sum(1 for c in consumers if c["idle"] < ACTIVE_CONSUMER_MS)
+    return sum(1 for c in clients if c.get("name") == worker_client_name())
 
 
 def ping() -> None:

@@ -7,7 +7,7 @@ from tickets.models import ParkedDelivery
 class Command(BaseCommand):
     help = (
         "Parked deliveries: what used up its delivery limit and waits for a person. "
-        "`parked` lists them; `parked collect` moves RabbitMQ's dead letters into the database "
+        "`parked` lists them; `parked collect` moves the broker's dead letters into the database "
         "(reconcile does this too); `parked requeue R-0003` publishes one again; `parked discard R-0003` gives up on it."
     )
 

@@ -16,6 +16,7 @@ class Command(BaseCommand):
         status = services.delivery_status()
         self.stdout.write(
             f"Registrations: {status.registrations}  pending: {status.pending}  issued: {status.issued}  "
+            f"ticket without its key: {status.without_key}  key without ticket: {status.key_only}  "
             f"duplicate tickets: {status.duplicates}  tickets: {status.tickets}  rejected messages: {status.rejected}"
         )
         self.stdout.write(f"Parked: {status.parked} ({status.waiting_for_staff} waiting for staff: see `parked`)")
@@ -23,14 +24,18 @@ class Command(BaseCommand):
             self.stdout.write(f"Queue: unknown ({status.queue_error})")
         else:
             q = status.queue
-            unacked = q["unacked"] if q["unacked"] is not None else "unknown"
+            if q["unacked"] is None:
+                unacked = f"unacknowledged unknown ({q['unacked_error']})"
+            elif q.get("unacked_lags"):  # RabbitMQ's statistics: seconds old
+                unacked = f"{q['unacked']} unacknowledged (by {status.broker}'s statistics, a few seconds old)"
+            else:
+                unacked = f"{q['unacked']} unacknowledged"
             self.stdout.write(
-                f"Queue: {q['ready']} ready, {unacked} unacknowledged, {q['consumers']} consumers, "
-                f"{q['dead']} dead-lettered"
+                f"Queue: {q['ready']} ready, {unacked}, {q['consumers']} consumers, {q['dead']} dead-lettered"
             )
             if "pending_per_consumer" in q:  # Redis Streams: who holds what
                 held = ", ".join(f"{name} {count}" for name, count in q["pending_per_consumer"].items()) or "none"
-                self.stdout.write(f"Stream: {q['length']} entries; pending per consumer: {held}")
+                self.stdout.write(f"Stream: {q['length']} entries; unacknowledged per consumer: {held}")
             if replicas := services.describe_replicas(q):
                 self.stdout.write(f"Replicas: {replicas}")
         workers = services.worker_reports()

@@ -34,7 +34,7 @@ class Command(BaseCommand):
             "--prefetch",
             type=int,
             default=10,
-            help="Unacked deliveries RabbitMQ may send ahead in --serve (default 10).",
+            help="Unacked deliveries the broker may send ahead in --serve (default 10).",
         )
         parser.add_argument(
             "--batch",
@@ -158,7 +158,8 @@ class Command(BaseCommand):
             worker.connect()
             if options["drain"]:
                 count = worker.drain()
-                self.stdout.write(f"Drained {count} deliveries; no ready registrations left.")
+                deliveries = "delivery" if count == 1 else "deliveries"
+                self.stdout.write(f"Drained {count} {deliveries}; no ready registrations left.")
             elif not worker.once():
                 self.stdout.write("No ready registrations")
         except KeyboardInterrupt:
