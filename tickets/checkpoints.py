@@ -60,13 +60,14 @@ class Pause:
         self.waiting = True
         try:
             while True:
-                # Look at stdin in short slices and let pika process I/O in between.
+                # Let pika process I/O (and the worker report itself) first, then
+                # look at stdin in a short slice: a paused worker is in status at once.
+                if self.keepalive is not None:
+                    self.keepalive(0)
                 ready, _, _ = select.select([self.stdin], [], [], 0.2)
                 if ready:
                     self.stdin.readline()
                     return
-                if self.keepalive is not None:
-                    self.keepalive(0)
         finally:
             self.waiting = False
 
