@@ -48,6 +48,8 @@ class Pause:
             sys.stderr.flush()
             os._exit(status)
         if self.at == name:
+            if self.keepalive is not None:
+                self.keepalive(0)  # the worker reports itself first: on screen "Paused" means status lists it
             self.say(f"Paused {name}.")
             self.wait_for_enter()
 
@@ -60,14 +62,13 @@ class Pause:
         self.waiting = True
         try:
             while True:
-                # Let pika process I/O (and the worker report itself) first, then
-                # look at stdin in a short slice: a paused worker is in status at once.
-                if self.keepalive is not None:
-                    self.keepalive(0)
+                # Look at stdin in short slices and let pika process I/O in between.
                 ready, _, _ = select.select([self.stdin], [], [], 0.2)
                 if ready:
                     self.stdin.readline()
                     return
+                if self.keepalive is not None:
+                    self.keepalive(0)
         finally:
             self.waiting = False
 
