@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.checkout import LocalRun, clean_env, copy_checkout
+from tests.conftest import ROOT
 
 GUIDE_HOST = "vm"
 GUIDE_PORTS = {"rabbitmq": 5673, "redis": 6380, "site": 8000}
@@ -325,6 +326,7 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
     update = os.environ.get("GUIDE_UPDATE") == "1" if update is None else update
     started = time.monotonic()
     text = path.read_text()
+    name = path.relative_to(ROOT) if path.is_absolute() and path.is_relative_to(ROOT) else path  # as failures say
     steps = [step for step in parse(text) if step.part == part]
     if not steps:
         raise ValueError(f"{path} has no part {part!r}")
@@ -344,7 +346,7 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
     commands: list[Command] = []
     try:
         for step in steps:
-            where = f"{path}:{step.line}"
+            where = f"{name}:{step.line}"
             if step.kind == "guide":
                 if step.text == "stop the site":
                     if site:
@@ -403,7 +405,7 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
                             )
                         )
                         failures.append(
-                            f"{path}:{command.line}: `$ {command.text}` printed something else.\n"
+                            f"{name}:{command.line}: `$ {command.text}` printed something else.\n"
                             f"Expected (the guide):\n" + "\n".join(command.expected) + f"\nDiff:\n{diff}"
                         )
     finally:
@@ -420,7 +422,7 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
         shown, rest = failures[:SHOWN_FAILURES], failures[SHOWN_FAILURES:]
         also = "".join(f"\n  {failure.split(chr(10))[0]}" for failure in rest)
         raise GuideMismatch(
-            f"{len(failures)} step(s) of {path} ({part}) differ from a real run "
+            f"{len(failures)} step(s) of {name} ({part}) differ from a real run "
             f"(re-capture with GUIDE_UPDATE=1 once the change is meant):\n\n"
             + "\n\n".join(shown)
             + (f"\n\nAnd {len(rest)} more:{also}" if rest else "")

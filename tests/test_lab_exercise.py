@@ -333,3 +333,20 @@ def test_lab_check_passes_for_the_lessons_path_alone(learner):
     assert status == 0, output
     line = next(line for line in output.splitlines() if "your registrations" in line)
     assert line == f"PASS  your registrations: {made[0].code} to {made[-1].code}: one downloadable ticket each", line
+
+
+def test_a_worker_interrupted_as_soon_as_it_says_paused_is_in_status(learner):
+    """A learner quick on Ctrl+C: the moment `Paused before-write.` is on the
+    screen the worker has reported itself, so status lists it (stopped, with
+    its pause) however soon the key comes."""
+    registration = services.register_guest(name="Retry guest")
+    worker = learner.workers.start("--pause", "before-write")
+    worker.wait_for(f"Received {registration.code} redelivered=False")
+    worker.wait_for("Paused before-write.")
+    worker.signal(signal.SIGINT)  # Ctrl+C, at once
+    status, output = worker.finish()
+    assert status == 130, output
+    shown = learner.manage("status").stdout
+    lines = [line for line in shown.splitlines() if f":{worker.proc.pid}  " in line]
+    assert lines, "the interrupted worker is not in status's Workers block:\n" + shown
+    assert " stopped " in lines[0] and "pauses before-write" in lines[0], shown

@@ -48,6 +48,8 @@ class Pause:
             sys.stderr.flush()
             os._exit(status)
         if self.at == name:
+            if self.keepalive is not None:
+                self.keepalive(0)  # the worker reports itself first: on screen "Paused" means status lists it
             self.say(f"Paused {name}.")
             self.wait_for_enter()
 
