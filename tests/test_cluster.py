@@ -28,7 +28,7 @@ from tests.ports import free_cluster_port, free_port
 from tickets import services, transport
 from tickets.models import Registration, Ticket
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
 
 CLUSTER = str(ROOT / "bin" / "rabbitmq-cluster")
 # A guest's POST: the publish deadline (NIGHTJAR_BROKER_TIMEOUT, 1 s) plus the page.

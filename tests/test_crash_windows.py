@@ -9,7 +9,7 @@ from django.db import connection
 from tickets import services
 from tickets.models import Completion, Ticket
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 # What the database holds once the worker died at each checkpoint.
 STATE_AFTER_DEATH = {

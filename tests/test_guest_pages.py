@@ -23,6 +23,7 @@ def register(client, name: str):
     return client.post("/evening/", {"name": name, "submission_key": key})
 
 
+@pytest.mark.fast
 def test_pages_lead_from_home_to_the_form(client):
     home = client.get("/")
     assert "Explore the evening" in home.content.decode()
@@ -35,6 +36,7 @@ def test_pages_lead_from_home_to_the_form(client):
     assert "Register for the evening" in evening
 
 
+@pytest.mark.broker
 def test_registration_gets_its_ticket_from_a_worker_process(client, workers):
     response = register(client, "Ada Lovelace")
     assert response.status_code == 302
@@ -63,12 +65,14 @@ def test_registration_gets_its_ticket_from_a_worker_process(client, workers):
     assert registration.code in text and "Ada Lovelace" in text and ticket.number in text
 
 
+@pytest.mark.broker
 def test_no_ready_registrations_when_the_queue_is_empty(workers):
     result = workers.run()
     assert result.returncode == 0
     assert result.stdout.strip() == "No ready registrations"
 
 
+@pytest.mark.fast
 @pytest.mark.django_db(transaction=True, reset_sequences=True)
 def test_demo_guest_ticket_opens_and_seeding_twice_changes_nothing(client):
     call_command("seed_demo")
@@ -83,6 +87,7 @@ def test_demo_guest_ticket_opens_and_seeding_twice_changes_nothing(client):
     assert Registration.objects.latest("id").code == "R-0002"
 
 
+@pytest.mark.broker
 def test_two_guests_with_the_same_name_get_two_tickets(client, workers):
     register(client, "Same name")
     register(client, "Same name")
@@ -95,6 +100,7 @@ def test_two_guests_with_the_same_name_get_two_tickets(client, workers):
     )
 
 
+@pytest.mark.fast
 def test_your_registrations_lists_this_browser_only_unless_lab_mode(client, settings):
     register(client, "Mine")
     Registration.objects.create(name="Someone else")
@@ -105,6 +111,7 @@ def test_your_registrations_lists_this_browser_only_unless_lab_mode(client, sett
     assert "Mine" in everyone and "Someone else" in everyone
 
 
+@pytest.mark.fast
 def test_a_wrong_or_missing_secret_is_a_404(client):
     registration = Registration.objects.create(name="Private Person")
     wrong = "x" * len(registration.secret)
@@ -115,6 +122,7 @@ def test_a_wrong_or_missing_secret_is_a_404(client):
     assert client.get(f"/registrations/{registration.code}/{registration.secret}/").status_code == 200
 
 
+@pytest.mark.broker
 def test_the_status_endpoint_needs_the_secret_and_says_when_the_ticket_is_ready(client, workers):
     registration = services.register_guest(name="Polling Guest")
     url = f"/registrations/{registration.code}/{registration.secret}/status.json"

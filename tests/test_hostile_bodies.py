@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tickets import contract, transport
 from tickets.models import Registration, RejectedMessage, Ticket
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 MODES = pytest.mark.parametrize("mode", [(), ("--batch", "10")], ids=["per-delivery", "batch"])
 
 # One of each kind that broke the worker before: a decoder that raises

@@ -16,7 +16,7 @@ from tests.test_delivery_contract import break_tickets_table, mend_tickets_table
 from tickets import contract, services, transport
 from tickets.models import DeliveryFailure, ParkedDelivery, RejectedMessage, StaffAction
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 LIMIT = 2  # RabbitMQ dead-letters on the third return
 
 

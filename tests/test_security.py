@@ -18,6 +18,8 @@ from tickets.handler import handle
 from tickets.models import Completion, Registration, RejectedMessage, Ticket
 from tickets.worker import Worker
 
+pytestmark = pytest.mark.fast
+
 SCRIPT = '<script>alert("x")</script><b>bold</b>'
 
 
