@@ -38,6 +38,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.helpers import submission_key
 from tests.ports import free_port
 from tickets import transport
 from tickets.transport import memory
@@ -431,7 +432,7 @@ class Guest:
         _, form = self.get("/evening/")
         fields = {
             "csrfmiddlewaretoken": re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1),
-            "submission_key": re.search(r'name="submission_key" value="([^"]+)"', form).group(1),
+            "submission_key": submission_key(form),
             "name": name,
         }
         started = time.monotonic()

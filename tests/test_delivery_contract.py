@@ -2,21 +2,19 @@
 and forms sent twice: nothing is lost and no ticket is invented."""
 
 import hashlib
-import re
 import subprocess
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
 
+from tests.helpers import MODES, break_tickets_table, mend_tickets_table, register_by_form
 from tickets import services, transport
 from tickets.models import Completion, ParkedDelivery, Registration, RejectedMessage, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
-MODES = pytest.mark.parametrize("mode", [(), ("--batch", "10")], ids=["per-delivery", "batch"])
 
 
 def amqp_publish(url: str, queue: str, body: bytes) -> None:
@@ -74,9 +72,7 @@ def test_a_redelivered_poison_body_is_recorded_once():
 def test_registrations_made_while_rabbitmq_is_down_are_reconciled(client, rabbit, workers):
     with rabbit.down():
         for name in ("Offline One", "Offline Two", "Offline Three"):
-            page = client.get("/evening/").content.decode()
-            key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
-            assert client.post("/evening/", {"name": name, "submission_key": key}).status_code == 302
+            assert register_by_form(client, name).status_code == 302
     assert Registration.objects.count() == 3
     assert workers.run().stdout.strip() == "No ready registrations"
 
@@ -112,16 +108,6 @@ def test_serve_with_reconcile_every_picks_up_a_lost_publish(workers):
     worker.wait_for(f"Received {lost.code} redelivered=False")
     worker.wait_for("Handler returned.")
     assert lost.tickets.count() == 1
-
-
-def break_tickets_table():
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE tickets_ticket RENAME TO tickets_ticket_away")
-
-
-def mend_tickets_table():
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE tickets_ticket_away RENAME TO tickets_ticket")
 
 
 @pytest.mark.broker

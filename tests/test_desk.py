@@ -19,6 +19,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Guest, free_port, start_gunicorn
+from tests.helpers import until
 from tickets import services
 from tickets.handler import handle
 from tickets.models import Completion, DeliveryFailure, Redelivery, Registration, StaffAction, Ticket, WorkerReport
@@ -46,16 +47,6 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
-
-
-def until(predicate, timeout: float = 30, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"Timed out after {timeout} s waiting for {what}")
 
 
 @pytest.mark.fast
