@@ -1,10 +1,20 @@
-"""Test set-up: a real, throwaway broker for the whole run — a RabbitMQ node,
-or a redis-server with NIGHTJAR_TEST_TRANSPORT=redis (unless
-NIGHTJAR_BROKER_URL is given) — a fresh queue per test, and helpers to run the
-worker as a real process against the test database.
+"""Test set-up: the three tiers, a real, throwaway broker for the tiers that
+need one — a RabbitMQ node, or a redis-server with NIGHTJAR_TEST_TRANSPORT=redis
+(unless NIGHTJAR_BROKER_URL is given) — a fresh queue per test, and helpers to
+run the worker as a real process against the test database.
+
+Every test is in exactly one tier, by its module's `pytestmark` or its own
+decorator (`@pytest.mark.fast`); a test in none, or in two, is a collection error:
+- fast: no broker, no subprocess. The in-memory transport
+  (tickets/transport/memory.py) stands in for the broker; starting any
+  subprocess fails the test, and a fast test that asks for a broker fixture
+  (rabbit, worker_env, workers, site) is a collection error. `bin/test --quick`.
+- broker: the real broker, started lazily by the first test that needs it;
+  real worker processes, crash windows, hostile bodies.
+- system: gunicorn, Chromium, the cluster and partition tests, soaks.
 
 A node that cannot start is a failure, never a skip: every guarantee Nightjar
-makes is proven against the real broker.
+makes is proven against the real broker — the in-memory transport proves none.
 """
 
 import contextlib
@@ -28,8 +38,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.helpers import submission_key
 from tests.ports import free_port
 from tickets import transport
+from tickets.transport import memory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,6 +126,32 @@ class BrokerNode:
             self.ctl("set_vm_memory_high_watermark", "0.4")
 
 
+TIERS = ("fast", "broker", "system")
+# What a fast test may not ask for: each starts a broker or a process.
+NOT_FAST = ("rabbit", "worker_env", "workers", "site")
+
+
+def tier(item) -> str:
+    return next(marker.name for marker in item.iter_markers() if marker.name in TIERS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test in exactly one tier, and no fast test with a broker fixture
+    (first, before -m deselects anything: a wrong test fails every run)."""
+    wrong = []
+    for item in items:
+        tiers = sorted({marker.name for marker in item.iter_markers() if marker.name in TIERS})
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: in {' and '.join(tiers) or 'no tier'} (mark it fast, broker or system)")
+        elif tiers == ["fast"] and (needs := [name for name in NOT_FAST if name in item.fixturenames]):
+            wrong.append(f"{item.nodeid}: a fast test that asks for {', '.join(needs)} (mark it broker)")
+        elif tiers == ["fast"] and item.get_closest_marker("amqp_only"):
+            wrong.append(f"{item.nodeid}: fast and amqp_only (what only RabbitMQ has needs RabbitMQ: mark it broker)")
+    if wrong:
+        raise pytest.UsageError("Tests in the wrong tier (see tests/conftest.py):\n  " + "\n  ".join(wrong))
+
+
 def pytest_runtest_setup(item):
     """A RabbitMQ-only test in a Redis run fails, never skips silently:
     bin/test deselects them by marker (-m "not amqp_only")."""
@@ -175,11 +213,25 @@ def no_database_session_outlives_the_tests(django_db_setup, django_db_blocker):
         pytest.fail(f"{len(left)} database session(s) outlived the tests:\n{sessions}", pytrace=False)
 
 
+class NoSubprocess(subprocess.Popen):
+    def __init__(self, args, *rest, **kwargs):
+        pytest.fail(f"A fast test started a process ({args!r}): mark it broker or system.", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
-def test_settings(settings, rabbit):
-    """A queue of its own per test, so no test sees another's deliveries."""
-    settings.NIGHTJAR_BROKER_URL = rabbit.url
-    settings.RABBITMQ_MANAGEMENT_URL = rabbit.management_url
+def test_settings(settings, request, monkeypatch):
+    """A queue of its own per test, so no test sees another's deliveries; the
+    real broker for the broker and system tiers (started at the first such
+    test), the in-memory one and no subprocess for the fast tier."""
+    if tier(request.node) == "fast":
+        memory.forget()
+        monkeypatch.setattr(subprocess, "Popen", NoSubprocess)
+        settings.NIGHTJAR_BROKER_URL = "memory://fast-tier"
+        settings.RABBITMQ_MANAGEMENT_URL = ""
+    else:
+        rabbit = request.getfixturevalue("rabbit")
+        settings.NIGHTJAR_BROKER_URL = rabbit.url
+        settings.RABBITMQ_MANAGEMENT_URL = rabbit.management_url
     settings.NIGHTJAR_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
     settings.NIGHTJAR_LAB = False
     settings.SECURE_SSL_REDIRECT = False  # the test client speaks plain HTTP
@@ -380,7 +432,7 @@ class Guest:
         _, form = self.get("/evening/")
         fields = {
             "csrfmiddlewaretoken": re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1),
-            "submission_key": re.search(r'name="submission_key" value="([^"]+)"', form).group(1),
+            "submission_key": submission_key(form),
             "name": name,
         }
         started = time.monotonic()

@@ -23,6 +23,7 @@ def with_tickets(name: str, count: int) -> Registration:
     return registration
 
 
+@pytest.mark.fast
 def test_the_admin_refuses_anyone_who_is_not_staff(client):
     assert client.get(CHANGELIST).status_code == 302  # to the login page
     User.objects.create_user("guest", password="pw-for-a-guest-1")
@@ -31,6 +32,7 @@ def test_the_admin_refuses_anyone_who_is_not_staff(client):
     assert client.get(f"{CHANGELIST}delivery-status/").status_code == 302
 
 
+@pytest.mark.fast
 def test_the_list_shows_state_and_ticket_count_and_filters_by_state(staff):
     pending = with_tickets("Pending Person", 0)
     issued = with_tickets("Issued Person", 1)
@@ -44,6 +46,7 @@ def test_the_list_shows_state_and_ticket_count_and_filters_by_state(staff):
     assert pending.name in pending_page and issued.name not in pending_page
 
 
+@pytest.mark.fast
 def test_each_state_filter_lists_the_registrations_status_shows_in_that_state(staff):
     """The filters use the design's states: a ticket without its key is not
     "ticket issued", a key without its ticket is not "pending"."""
@@ -64,6 +67,7 @@ def test_each_state_filter_lists_the_registrations_status_shows_in_that_state(st
         assert [r.name for r in everyone if r.name in page] == [expected.name], state
 
 
+@pytest.mark.fast
 def test_search_finds_by_code_and_by_name(staff):
     ada = with_tickets("Ada Lovelace", 1)
     with_tickets("Grace Hopper", 1)
@@ -73,6 +77,7 @@ def test_search_finds_by_code_and_by_name(staff):
     assert "Grace Hopper" in by_name and "Ada Lovelace" not in by_name
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "path", ["/admin/tickets/registration/", "/admin/tickets/ticket/", "/admin/tickets/rejectedmessage/"]
 )
@@ -89,6 +94,7 @@ def test_a_search_of_thousands_of_words_asks_the_database_a_few_of_them(staff, p
         assert "Ada Lovelace" in response.content.decode()  # the bounded search still finds
 
 
+@pytest.mark.fast
 def test_the_list_makes_the_same_few_queries_for_10_or_300_rows(staff):
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
@@ -103,6 +109,7 @@ def test_the_list_makes_the_same_few_queries_for_10_or_300_rows(staff):
     assert queries() == few <= 12
 
 
+@pytest.mark.fast
 def test_the_detail_page_shows_tickets_key_and_rejected_messages(staff):
     registration = with_tickets("Detailed Guest", 2)
     RejectedMessage.objects.create(
@@ -119,6 +126,7 @@ def test_the_detail_page_shows_tickets_key_and_rejected_messages(staff):
     assert "The name does not match" in page
 
 
+@pytest.mark.broker
 def test_retry_delivery_action_publishes_and_logs(staff, workers):
     registration = with_tickets("Retry Me", 0)
     response = staff.post(CHANGELIST, {"action": "retry_delivery", "_selected_action": [registration.pk]}, follow=True)
@@ -129,6 +137,7 @@ def test_retry_delivery_action_publishes_and_logs(staff, workers):
     assert registration.tickets.count() == 1
 
 
+@pytest.mark.fast
 def test_repair_action_shows_the_plan_first_and_applies_on_confirmation(staff):
     registration = with_tickets("Twice", 3)
     keep = registration.tickets.order_by("id").first()
@@ -149,12 +158,14 @@ def test_repair_action_shows_the_plan_first_and_applies_on_confirmation(staff):
     assert "desk (admin)" in staff.get(f"{CHANGELIST}{registration.pk}/change/").content.decode()
 
 
+@pytest.mark.fast
 def test_repair_action_reports_refusals(staff):
     registration = with_tickets("No Ticket Yet", 0)
     page = staff.post(CHANGELIST, {"action": "repair_duplicate_tickets", "_selected_action": [registration.pk]})
     assert "has no ticket yet" in page.content.decode()
 
 
+@pytest.mark.broker
 def test_delivery_status_page_counts_rows_and_the_queue(staff):
     services.register_guest(name="Waiting Guest")
     with_tickets("Doubled", 2)
@@ -170,6 +181,7 @@ def test_delivery_status_page_counts_rows_and_the_queue(staff):
         assert '<th scope="row">Stream length</th><td>1 entries' in page
 
 
+@pytest.mark.broker
 def test_delivery_status_page_says_when_rabbitmq_is_unreachable(staff, rabbit):
     with rabbit.down():
         page = staff.get(f"{CHANGELIST}delivery-status/")
@@ -177,6 +189,7 @@ def test_delivery_status_page_says_when_rabbitmq_is_unreachable(staff, rabbit):
     assert f"{transport.name()} is unreachable" in page.content.decode()
 
 
+@pytest.mark.fast
 def test_rejected_messages_and_completions_are_read_only(staff):
     registration = with_tickets("Read Only", 1)
     RejectedMessage.objects.create(reason="bad", body_sha256="y" * 64, body_size=3)
@@ -185,6 +198,7 @@ def test_rejected_messages_and_completions_are_read_only(staff):
     assert staff.get(f"/admin/tickets/completion/{registration.pk}/delete/").status_code == 403
 
 
+@pytest.mark.broker
 def test_a_view_only_user_cannot_run_the_actions(client, workers):
     viewer = User.objects.create_user("viewer", password="pw-for-a-viewer-1", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_registration"))
@@ -202,6 +216,7 @@ def test_a_view_only_user_cannot_run_the_actions(client, workers):
     assert workers.run().stdout.strip() == "No ready registrations"  # nothing was published
 
 
+@pytest.mark.fast
 def test_staff_cannot_delete_a_ticket_in_the_admin(staff):
     registration = with_tickets("Keep My Ticket", 1)
     ticket = registration.tickets.get()

@@ -1,20 +1,14 @@
 """Bad input gets a clear message and loses nothing."""
 
-import re
-
 import pytest
 
+from tests.helpers import register_by_form
 from tickets.models import Registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def post(client, name: str):
-    page = client.get("/evening/").content.decode()
-    key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
-    return client.post("/evening/", {"name": name, "submission_key": key})
-
-
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("name", "error"),
     [
@@ -47,7 +41,7 @@ def post(client, name: str):
     ],
 )
 def test_bad_names_re_render_the_form_with_the_error_and_store_nothing(client, name, error):
-    response = post(client, name)
+    response = register_by_form(client, name)
     assert response.status_code == 200
     page = response.content.decode()
     assert error in page
@@ -56,14 +50,16 @@ def test_bad_names_re_render_the_form_with_the_error_and_store_nothing(client, n
     assert not Registration.objects.exists()
 
 
+@pytest.mark.fast
 def test_a_name_of_exactly_100_characters_and_any_script_is_fine(client):
     # 100 x U+0958 is 200 code points once NFC-normalised: the guest typed 100.
     for name in ("x" * 100, "Zoë Ñúñez", "Светлана", "王小明", "\u0958" * 100, "👩\u200d🔬 Ada"):
-        assert post(client, name).status_code == 302
+        assert register_by_form(client, name).status_code == 302
     assert Registration.objects.count() == 6
     assert Registration.objects.get(name__startswith="\u0915").name == "\u0915\u093c" * 100
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("key", ["k" * 65, "no spaces", "<script>", "ключ", "a\x00b"])
 def test_a_tampered_submission_key_shows_an_error_and_stores_nothing(client, key):
     response = client.post("/evening/", {"name": "Careful Guest", "submission_key": key})
@@ -74,9 +70,10 @@ def test_a_tampered_submission_key_shows_an_error_and_stores_nothing(client, key
     assert not Registration.objects.exists()
 
 
+@pytest.mark.broker
 def test_rabbitmq_stopped_during_registration_still_stores_it(client, rabbit, caplog):
     with rabbit.down():
-        response = post(client, "Offline Guest")
+        response = register_by_form(client, "Offline Guest")
         assert response.status_code == 302
         page = client.get(response["Location"]).content.decode()
     registration = Registration.objects.get()

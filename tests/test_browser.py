@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 from tickets import services
 from tickets.models import Registration
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"

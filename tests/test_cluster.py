@@ -24,11 +24,12 @@ from django.db import connection
 
 from tests import netns
 from tests.conftest import ROOT, Guest, Process, database_url
+from tests.helpers import until
 from tests.ports import free_cluster_port, free_port
 from tickets import services, transport
 from tickets.models import Registration, Ticket
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
 
 CLUSTER = str(ROOT / "bin" / "rabbitmq-cluster")
 # A guest's POST: the publish deadline (NIGHTJAR_BROKER_TIMEOUT, 1 s) plus the page.
@@ -470,7 +471,7 @@ def test_a_partitioned_leader_and_a_cut_off_worker_lose_nothing_and_duplicate_no
         print("healed")
         all_online = lambda: len(transport.queue_counts().get("online", [])) == 3  # noqa: E731
         try:
-            wait_until(all_online, 90, "the node did not rejoin")
+            until(all_online, 90, "the node to rejoin", every=1, ignoring=transport.BrokerError)
         except AssertionError:
             # Seen on 2 of 4 runs on 2026-11-30 (none before): the paused minority node stayed
             # wedged after the heal (its own stop hung too). Say so, restart it, and go on:
@@ -478,7 +479,7 @@ def test_a_partitioned_leader_and_a_cut_off_worker_lose_nothing_and_duplicate_no
             print(f"node {leader} did not rejoin within 90 s of the heal; restarting it (kill -9, start)")
             partitioned.kill(leader)
             partitioned.start(leader)
-            wait_until(all_online, 120, "the restarted node did not rejoin")
+            until(all_online, 120, "the restarted node to rejoin", every=1, ignoring=transport.BrokerError)
         print(f"all three members online again {time.monotonic() - started:.1f} s after the cut")
 
         # A worker whose node was the one cut off is reconnecting (backoff up to 30 s): wait for it.
@@ -515,15 +516,3 @@ def serving_address(worker: Process) -> str | None:
 def served_from(line: str) -> str:
     """The node address in a worker's "Serving <queue> from <address>:<port>" line."""
     return re.search(r" from ([\d.]+):\d+ ", line).group(1)
-
-
-def wait_until(condition, seconds: float, message: str) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if condition():
-                return
-        except transport.BrokerError:
-            pass
-        assert time.monotonic() < deadline, message
-        time.sleep(1)

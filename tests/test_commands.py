@@ -30,6 +30,7 @@ def with_duplicates(name: str = "Twice Ticketed", extra: int = 2) -> Registratio
     return registration
 
 
+@pytest.mark.fast
 def test_repair_prints_the_plan_and_changes_nothing():
     registration = with_duplicates()
     keep, *extra = registration.tickets.order_by("id")
@@ -41,6 +42,7 @@ def test_repair_prints_the_plan_and_changes_nothing():
     assert registration.tickets.count() == 3
 
 
+@pytest.mark.fast
 def test_repair_apply_keeps_the_earliest_ticket_and_the_key():
     registration = with_duplicates()
     keep = registration.tickets.order_by("id").first()
@@ -52,6 +54,7 @@ def test_repair_apply_keeps_the_earliest_ticket_and_the_key():
     assert "delete extra tickets: none" in run("repair", registration.code)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
@@ -78,6 +81,7 @@ def test_repair_apply_refuses_with_a_clear_message(setup, message):
     assert Ticket.objects.count() == tickets_before
 
 
+@pytest.mark.broker
 def test_retry_publishes_a_new_delivery_and_the_worker_makes_no_second_ticket(workers):
     registration = services.register_guest(name="Retry Guest")
     assert workers.run().returncode == 0
@@ -88,12 +92,14 @@ def test_retry_publishes_a_new_delivery_and_the_worker_makes_no_second_ticket(wo
     assert registration.tickets.count() == 1
 
 
+@pytest.mark.fast
 def test_retry_refuses_an_unknown_registration():
     with pytest.raises(CommandError, match="There is no registration R-0042.") as refused:
         call_command("retry", "R-0042")
     assert refused.value.returncode == 1
 
 
+@pytest.mark.broker
 def test_retry_says_so_when_rabbitmq_is_down(rabbit):
     registration = Registration.objects.create(name="Down Guest")
     with rabbit.down(), pytest.raises(CommandError, match="Not published") as refused:
@@ -101,6 +107,7 @@ def test_retry_says_so_when_rabbitmq_is_down(rabbit):
     assert refused.value.returncode == 3
 
 
+@pytest.mark.broker
 def test_status_shows_each_state_totals_and_queue_depth(workers):
     issued = services.register_guest(name="Issued Guest")
     workers.run()
@@ -117,6 +124,7 @@ def test_status_shows_each_state_totals_and_queue_depth(workers):
     assert "Queue: 1 ready" in output
 
 
+@pytest.mark.broker
 def test_status_reports_an_unreachable_broker_instead_of_failing(rabbit):
     with rabbit.down():
         output = run("status")
@@ -124,6 +132,7 @@ def test_status_reports_an_unreachable_broker_instead_of_failing(rabbit):
     assert "guest:guest" not in output  # the password is masked
 
 
+@pytest.mark.fast
 def test_repair_issues_the_ticket_of_a_completion_key_whose_ticket_was_deleted():
     registration = with_duplicates(extra=0)
     Ticket.objects.filter(registration=registration).delete()  # what no tool could undo before
@@ -135,6 +144,7 @@ def test_repair_issues_the_ticket_of_a_completion_key_whose_ticket_was_deleted()
     assert services.audit_invariants().passed
 
 
+@pytest.mark.fast
 def test_repair_apply_from_the_command_line_leaves_a_trace():
     registration = with_duplicates()
     run("repair", registration.code, "--apply")
@@ -148,6 +158,7 @@ def queue_line(output: str) -> str:
     return next(line for line in output.splitlines() if line.startswith("Queue: "))
 
 
+@pytest.mark.broker
 def test_status_right_after_a_ctrl_c_at_after_commit_counts_the_queue_as_it_is_now(workers):
     """The learner's Ctrl+C at after-commit, then `status` at once: nothing
     attached, and the delivery back where the broker keeps it — RabbitMQ's
@@ -172,6 +183,7 @@ def test_status_right_after_a_ctrl_c_at_after_commit_counts_the_queue_as_it_is_n
         assert held_by in run("status")  # Redis's "pending" is not the registrations' pending
 
 
+@pytest.mark.fast
 def test_status_totals_count_each_state_once_and_add_up():
     """One meaning per state (the design's states): a key without its ticket
     is not pending, a ticket without its key is not issued, and the totals

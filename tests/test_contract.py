@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from tickets import contract
 
+pytestmark = pytest.mark.fast
+
 
 def test_encode_is_canonical_json_with_a_version():
     body = contract.encode(registration_id=2, name="Zoë")

@@ -4,12 +4,12 @@ stopped at each checkpoint and then killed for real (SIGKILL, or Ctrl+C)."""
 import signal
 
 import pytest
-from django.db import connection
 
+from tests.helpers import MODES, break_tickets_table, mend_tickets_table
 from tickets import services
 from tickets.models import Completion, Ticket
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 # What the database holds once the worker died at each checkpoint.
 STATE_AFTER_DEATH = {
@@ -19,9 +19,8 @@ STATE_AFTER_DEATH = {
 }
 
 
-# Every guarantee holds in both modes: one delivery per transaction, and
-# batch mode (one transaction and one multiple=True ack per batch).
-MODES = pytest.mark.parametrize("mode", [(), ("--batch", "50")], ids=["per-delivery", "batch"])
+# Every guarantee holds in both modes (tests/helpers.py): one delivery per
+# transaction, and batch mode (one transaction and one multiple=True ack per batch).
 
 
 def rows() -> tuple[int, int]:
@@ -87,13 +86,11 @@ def test_crash_switch_exits_abruptly_and_redelivery_makes_one_ticket(crash, stat
 @MODES
 def test_database_error_in_the_handler_leaves_the_delivery_unacked(mode, workers):
     registration = services.register_guest(name="Unlucky Guest")
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE tickets_ticket RENAME TO tickets_ticket_away")
+    break_tickets_table()
     try:
         failed = workers.run(*mode)
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE tickets_ticket_away RENAME TO tickets_ticket")
+        mend_tickets_table()
     assert failed.returncode == 1
     assert "Not acked" in failed.stderr
     assert rows() == (0, 0)  # the completion key was rolled back with the failed ticket insert

@@ -2,21 +2,19 @@
 and forms sent twice: nothing is lost and no ticket is invented."""
 
 import hashlib
-import re
 import subprocess
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.utils import timezone
 
+from tests.helpers import MODES, break_tickets_table, mend_tickets_table, register_by_form
 from tickets import services, transport
 from tickets.models import Completion, ParkedDelivery, Registration, RejectedMessage, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
-MODES = pytest.mark.parametrize("mode", [(), ("--batch", "10")], ids=["per-delivery", "batch"])
 
 
 def amqp_publish(url: str, queue: str, body: bytes) -> None:
@@ -24,6 +22,7 @@ def amqp_publish(url: str, queue: str, body: bytes) -> None:
     subprocess.run(["amqp-publish", "--url", url, "-r", queue, "-p"], input=body, check=True, timeout=30)
 
 
+@pytest.mark.broker
 @pytest.mark.amqp_only  # amqp-publish; tests/test_hostile_bodies.py covers both transports
 @MODES
 def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, workers, test_settings):
@@ -59,6 +58,7 @@ def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, worker
     assert transport.queue_counts()["ready"] == 0  # every poison message was acked
 
 
+@pytest.mark.fast
 def test_a_redelivered_poison_body_is_recorded_once():
     body = b"{broken"
     first = transport.Delivery(body=body, tag=1, redelivered=False, message_id="")
@@ -68,12 +68,11 @@ def test_a_redelivered_poison_body_is_recorded_once():
     assert RejectedMessage.objects.count() == 1
 
 
+@pytest.mark.broker
 def test_registrations_made_while_rabbitmq_is_down_are_reconciled(client, rabbit, workers):
     with rabbit.down():
         for name in ("Offline One", "Offline Two", "Offline Three"):
-            page = client.get("/evening/").content.decode()
-            key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
-            assert client.post("/evening/", {"name": name, "submission_key": key}).status_code == 302
+            assert register_by_form(client, name).status_code == 302
     assert Registration.objects.count() == 3
     assert workers.run().stdout.strip() == "No ready registrations"
 
@@ -90,6 +89,7 @@ def test_registrations_made_while_rabbitmq_is_down_are_reconciled(client, rabbit
     assert workers.run().stdout.strip() == "No ready registrations"
 
 
+@pytest.mark.broker
 def test_reconcile_respects_the_grace_period_and_the_limit():
     old = [Registration.objects.create(name=f"Old {n}") for n in range(3)]
     Registration.objects.filter(pk__in=[r.pk for r in old]).update(created=timezone.now() - timedelta(minutes=5))
@@ -101,6 +101,7 @@ def test_reconcile_respects_the_grace_period_and_the_limit():
     assert report.published == [r.code for r in old] and report.passes == 2 and report.remaining == 0
 
 
+@pytest.mark.broker
 def test_serve_with_reconcile_every_picks_up_a_lost_publish(workers):
     lost = Registration.objects.create(name="Lost Publish", created=timezone.now() - timedelta(minutes=5))
     worker = workers.start("--serve", "--reconcile-every", "0.5")
@@ -109,16 +110,7 @@ def test_serve_with_reconcile_every_picks_up_a_lost_publish(workers):
     assert lost.tickets.count() == 1
 
 
-def break_tickets_table():
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE tickets_ticket RENAME TO tickets_ticket_away")
-
-
-def mend_tickets_table():
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE tickets_ticket_away RENAME TO tickets_ticket")
-
-
+@pytest.mark.broker
 @MODES
 def test_serve_hands_back_a_delivery_that_hits_a_database_error(mode, workers):
     registration = services.register_guest(name="Database Trouble")
@@ -134,6 +126,7 @@ def test_serve_hands_back_a_delivery_that_hits_a_database_error(mode, workers):
     assert registration.tickets.count() == 1
 
 
+@pytest.mark.broker
 def test_a_delivery_that_keeps_failing_is_parked_by_the_worker_before_the_brokers_limit(workers, worker_env, settings):
     # Nightjar counts its own failure records: the promise must not depend on
     # what the broker counts (RabbitMQ 4.3 counts rejects only; 3.10 every return).
@@ -168,6 +161,7 @@ def submit(client, name: str, key: str):
     return client.post("/evening/", {"name": name, "submission_key": key})
 
 
+@pytest.mark.fast
 def test_the_same_form_sent_twice_makes_one_registration(client):
     first = submit(client, "Double Click", "key-1")
     second = submit(client, "Double Click", "key-1")
@@ -176,6 +170,7 @@ def test_the_same_form_sent_twice_makes_one_registration(client):
     assert Registration.objects.count() == 1
 
 
+@pytest.mark.fast
 def test_the_same_form_key_with_another_name_is_refused(client):
     submit(client, "First Name", "key-2")
     response = submit(client, "Other Name", "key-2")
@@ -184,12 +179,14 @@ def test_the_same_form_key_with_another_name_is_refused(client):
     assert list(Registration.objects.values_list("name", flat=True)) == ["First Name"]
 
 
+@pytest.mark.fast
 def test_two_forms_with_the_same_name_are_two_registrations(client):
     submit(client, "Same name", "key-a")
     submit(client, "Same name", "key-b")
     assert Registration.objects.filter(name="Same name").count() == 2
 
 
+@pytest.mark.broker
 def test_a_worker_reads_the_registrations_of_waiting_deliveries_at_once_and_still_checks_each(monkeypatch):
     """Per-delivery mode reads the stored rows of the deliveries already in
     its buffer in one query (a query per delivery is a PostgreSQL round trip),

@@ -19,6 +19,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Guest, free_port, start_gunicorn
+from tests.helpers import until
 from tickets import services
 from tickets.handler import handle
 from tickets.models import Completion, DeliveryFailure, Redelivery, Registration, StaffAction, Ticket, WorkerReport
@@ -48,16 +49,7 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
     }
 
 
-def until(predicate, timeout: float = 30, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"Timed out after {timeout} s waiting for {what}")
-
-
+@pytest.mark.fast
 def test_activity_counts_per_minute_and_latency_percentiles():
     now = timezone.now()
     for index in range(10):  # ten tickets issued 3 minutes ago, latencies 1..10 s
@@ -73,6 +65,7 @@ def test_activity_counts_per_minute_and_latency_percentiles():
     assert len(day.registrations) == 96 and day.totals == (11, 10)
 
 
+@pytest.mark.fast
 def test_the_dashboard_draws_charts_and_says_when_it_read_its_numbers(staff):
     for index in range(5):
         made(f"Guest {index}", ago=600 - index * 60, waited=0.5 + index)
@@ -95,6 +88,7 @@ def test_the_dashboard_draws_charts_and_says_when_it_read_its_numbers(staff):
     assert DESK in index and "Operations desk" in index
 
 
+@pytest.mark.fast
 def test_reconcile_and_audit_buttons_run_the_services_and_show_their_result(staff):
     stuck = made("Lost Publish", ago=300, waited=None)  # stored, never published
     made("Done", ago=200, waited=1)
@@ -111,6 +105,7 @@ def test_reconcile_and_audit_buttons_run_the_services_and_show_their_result(staf
     assert "Audit passed: 2 registrations checked" in page
 
 
+@pytest.mark.fast
 def test_a_view_only_user_sees_the_desk_but_cannot_reconcile(client):
     viewer = User.objects.create_user("viewer", password="pw-for-a-viewer-1", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_registration"))
@@ -121,6 +116,7 @@ def test_a_view_only_user_sees_the_desk_but_cannot_reconcile(client):
     assert not StaffAction.objects.exists()
 
 
+@pytest.mark.broker
 def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff, workers, worker_env, settings):
     settings.NIGHTJAR_WORKER_GONE_SECONDS = 3
     env = {**worker_env, "NIGHTJAR_WORKER_REPORT_SECONDS": "0.5"}
@@ -147,6 +143,7 @@ def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff,
     assert "In the last day: 0 running, 1 gone, 1 stopped." in page
 
 
+@pytest.mark.broker
 def test_a_one_shot_worker_is_labelled_as_one_and_reported_stopped_when_it_ends(workers, worker_env):
     """A learner's plain `worker --pause …` reports while it waits: the desk and
     status call it a one-delivery run (not "drain"), and stopped once it ended."""
@@ -162,6 +159,7 @@ def test_a_one_shot_worker_is_labelled_as_one_and_reported_stopped_when_it_ends(
     assert Ticket.objects.filter(name="One Shot").count() == 1
 
 
+@pytest.mark.broker
 def test_a_starting_worker_forgets_the_workers_not_seen_for_a_week(workers):
     """Every worker process leaves a row; restarts and the soak's kills add up.
     A worker starting deletes those not seen for NIGHTJAR_WORKER_REPORT_DAYS (7)."""
@@ -178,6 +176,7 @@ def test_a_starting_worker_forgets_the_workers_not_seen_for_a_week(workers):
     assert len(kept) == 3  # and the drain's own row
 
 
+@pytest.mark.broker
 def test_a_registration_page_tells_its_whole_history(staff, workers):
     registration = services.register_guest(name="Long Story")
     crashed = workers.run("--crash", "before")  # takes the delivery and dies before writing
@@ -198,6 +197,7 @@ def test_a_registration_page_tells_its_whole_history(staff, workers):
     assert "nightjar (reconcile)" in history and f"delivery {redelivery.delivery}, to worker" in history
 
 
+@pytest.mark.fast
 def test_metrics_are_for_staff_or_the_token_and_count_what_happened(client, staff, settings):
     settings.NIGHTJAR_METRICS_TOKEN = "scrape-token-1234"
     anonymous = client.__class__()
@@ -217,6 +217,7 @@ def test_metrics_are_for_staff_or_the_token_and_count_what_happened(client, staf
     assert after[("nightjar_deliveries_total", (("outcome", "handled"),))] >= 0
 
 
+@pytest.mark.broker
 def test_a_worker_serves_its_metrics_on_its_own_port(workers):
     # A worker crashes before writing the first registration's ticket: the one that serves
     # the metrics gets it redelivered, makes its ticket, and counts its latency too.
@@ -241,6 +242,7 @@ def test_a_worker_serves_its_metrics_on_its_own_port(workers):
     assert worker.finish()[0] == 0
 
 
+@pytest.mark.fast
 def test_a_database_error_asking_for_the_latency_costs_the_observation_never_the_delivery(monkeypatch):
     """Asked after the commit (the ack maybe sent): the worker must not fail a done delivery."""
 
@@ -253,6 +255,7 @@ def test_a_database_error_asking_for_the_latency_costs_the_observation_never_the
     assert worker.connections_suspect  # the connection is checked before the next delivery
 
 
+@pytest.mark.system
 def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
     env = {
         **worker_env,
@@ -287,6 +290,7 @@ def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
     assert not [line for line in err.splitlines() if line.strip() and not line.startswith("{")]
 
 
+@pytest.mark.fast
 def test_the_workers_plain_statements_store_times_and_rows_as_the_orm_would():
     """The hot path writes through the DB-API cursor (models.execute): what
     it stores must read back through the ORM exactly as an ORM write would."""
@@ -306,6 +310,7 @@ def test_the_workers_plain_statements_store_times_and_rows_as_the_orm_would():
     assert services.activity(window=timedelta(hours=1), bucket_seconds=60).totals == (1, 1)
 
 
+@pytest.mark.fast
 def test_on_postgresql_the_workers_statements_become_prepared_statements():
     """Planning a 50-row INSERT costs about as much as running it: the hot
     path's statements are prepared once per connection (unless
@@ -321,6 +326,7 @@ def test_on_postgresql_the_workers_statements_become_prepared_statements():
     assert any("FROM tickets_registration WHERE id = ANY" in statement for statement in prepared), prepared
 
 
+@pytest.mark.fast
 def test_a_registration_redelivered_thousands_of_times_shows_a_bounded_history(staff):
     """Hostile or sick traffic can leave thousands of events on one registration:
     its page shows the newest of each kind, says how many it left out, and

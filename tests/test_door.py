@@ -41,6 +41,7 @@ def scan(code, *, door="door 1", scan_id=None, **kwargs) -> services.Answer:
     return services.scan_ticket(code=code, scan_id=scan_id or uuid.uuid4().hex, actor="anna", door=door, **kwargs)
 
 
+@pytest.mark.fast
 def test_the_first_scan_checks_the_guest_in_and_a_later_one_is_amber_with_its_time_and_door():
     ticket = mina()
     first = scan(ticket.secret, door="door 1")
@@ -56,6 +57,7 @@ def test_the_first_scan_checks_the_guest_in_and_a_later_one_is_amber_with_its_ti
     assert Scan.objects.count() == 2
 
 
+@pytest.mark.fast
 def test_a_scan_sent_again_with_its_id_gets_its_first_answer_and_writes_nothing():
     ticket = mina()
     first = scan(ticket.secret, scan_id="phone-1:0001")
@@ -65,6 +67,7 @@ def test_a_scan_sent_again_with_its_id_gets_its_first_answer_and_writes_nothing(
     assert CheckIn.objects.count() == 1
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "code, detail",
     [
@@ -86,6 +89,7 @@ def test_a_code_that_is_not_ours_is_red_with_a_sentence_and_writes_only_the_scan
     assert Scan.objects.get().colour == "red"
 
 
+@pytest.mark.fast
 def test_a_truncated_or_altered_secret_is_red():
     ticket = mina()
     truncated = scan(ticket.secret[:30])
@@ -96,12 +100,14 @@ def test_a_truncated_or_altered_secret_is_red():
     assert CheckIn.objects.count() == 0
 
 
+@pytest.mark.fast
 def test_a_typed_ticket_number_checks_in_like_its_qr_code():
     ticket = mina()
     assert scan(ticket.number, typed=True).colour == "green"
     assert scan(ticket.secret).colour == "amber"
 
 
+@pytest.mark.fast
 def test_a_scanned_code_that_reads_like_a_ticket_number_is_not_taken_for_one():
     ticket = mina()
     for foreign in (str(ticket.pk), ticket.number, ticket.registration.code):  # a product's barcode, a sticker
@@ -110,6 +116,7 @@ def test_a_scanned_code_that_reads_like_a_ticket_number_is_not_taken_for_one():
     assert CheckIn.objects.count() == 0
 
 
+@pytest.mark.fast
 def test_a_ticket_that_repair_removed_answers_replaced_by_the_kept_one():
     ticket = mina()
     Ticket.objects.issue(registration_id=ticket.registration_id, name=ticket.name)  # the unsafe handler's duplicate
@@ -125,12 +132,14 @@ def test_a_ticket_that_repair_removed_answers_replaced_by_the_kept_one():
     assert scan(ticket.secret).colour == "green"
 
 
+@pytest.mark.fast
 def test_a_registration_without_a_ticket_is_red():
     registration = Registration.objects.create(name="Noor Haddad")
     answer = scan(registration.code, typed=True)
     assert answer.colour == "red" and "has no ticket yet" in answer.detail
 
 
+@pytest.mark.fast
 def test_undo_needs_a_reason_goes_on_the_history_and_the_ticket_is_valid_again():
     ticket = mina()
     scan(ticket.secret)
@@ -145,6 +154,7 @@ def test_undo_needs_a_reason_goes_on_the_history_and_the_ticket_is_valid_again()
         services.undo_check_in(ticket="T-9999", actor="desk", reason="typo")
 
 
+@pytest.mark.fast
 def test_an_offline_door_that_admitted_a_guest_already_in_is_a_conflict():
     ticket = mina()
     scan(ticket.secret, door="door 1", offline=True, admitted=True)
@@ -154,6 +164,7 @@ def test_an_offline_door_that_admitted_a_guest_already_in_is_a_conflict():
     assert CheckIn.objects.count() == 1
 
 
+@pytest.mark.fast
 def test_the_offline_list_holds_digests_never_secrets():
     ticket = mina()
     listed = services.valid_digests()
@@ -163,6 +174,7 @@ def test_the_offline_list_holds_digests_never_secrets():
     assert services.valid_digests() == {"valid": [], "checked_in": [services.digest(ticket.secret)]}
 
 
+@pytest.mark.fast
 @pytest.mark.django_db(transaction=True)
 def test_two_doors_scanning_one_ticket_at_once_make_one_check_in_and_one_amber():
     """Real threads, each with its own connection to the real database
@@ -192,6 +204,7 @@ def test_two_doors_scanning_one_ticket_at_once_make_one_check_in_and_one_amber()
     assert Scan.objects.count() == doors
 
 
+@pytest.mark.fast
 def test_arrivals_count_who_is_in_and_who_is_not():
     ticket = mina()
     other = Registration.objects.create(name="Noor Haddad")
@@ -203,6 +216,7 @@ def test_arrivals_count_who_is_in_and_who_is_not():
     assert sum(count for _, count in seen.per_minute) == 1
 
 
+@pytest.mark.fast
 def test_the_undo_command_calls_the_same_service_and_fails_with_a_sentence():
     ticket = mina()
     scan(ticket.secret)
@@ -257,6 +271,7 @@ def request_is_waiting(worker_pid: int) -> bool:
         return cursor.fetchone()[0] > 0
 
 
+@pytest.mark.system
 @pytest.mark.django_db(transaction=True)
 def test_a_scan_cut_off_by_a_web_restart_mid_request_is_one_check_in_when_sent_again(worker_env):
     ticket = mina()

@@ -60,6 +60,7 @@ def door_staff() -> None:
     user.user_permissions.set(Permission.objects.filter(codename__in=["check_in", "view_checkin"]))
 
 
+@pytest.mark.system
 def test_the_fake_camera_checks_mina_in_refuses_a_forgery_and_queues_scans_offline(
     site, monkeypatch, settings, tmp_path
 ):

@@ -38,6 +38,7 @@ def post_scan(client, code, scan_id=None, **extra):
     return client.post(reverse("door-scan"), json.dumps(body), content_type="application/json")
 
 
+@pytest.mark.fast
 def test_staff_with_the_check_in_permission_scan_and_a_repeat_is_amber():
     ticket = mina()
     door = staff_with("check_in")
@@ -49,6 +50,7 @@ def test_staff_with_the_check_in_permission_scan_and_a_repeat_is_amber():
     assert CheckIn.objects.count() == 1
 
 
+@pytest.mark.fast
 def test_view_only_staff_see_arrivals_but_cannot_check_in():
     ticket = mina()
     viewer = staff_with("view_checkin")
@@ -63,6 +65,7 @@ def test_view_only_staff_see_arrivals_but_cannot_check_in():
     assert post_scan(Client(), ticket.secret).status_code == 401
 
 
+@pytest.mark.fast
 def test_the_endpoint_refuses_a_post_without_the_csrf_token():
     ticket = mina()
     door = staff_with("check_in", csrf=True)
@@ -70,6 +73,7 @@ def test_the_endpoint_refuses_a_post_without_the_csrf_token():
     assert Scan.objects.count() == 0
 
 
+@pytest.mark.fast
 def test_the_endpoint_is_rate_limited_per_staff_user(settings):
     settings.NIGHTJAR_DOOR_SCANS_PER_MINUTE = 2
     cache.clear()  # earlier tests' scans were counted too
@@ -79,6 +83,7 @@ def test_the_endpoint_is_rate_limited_per_staff_user(settings):
     assert post_scan(other, ticket.secret).status_code == 200
 
 
+@pytest.mark.fast
 def test_bad_bodies_get_a_400_with_a_sentence():
     door = staff_with("check_in")
     junk = door.post(reverse("door-scan"), b"\xff" * 10, content_type="application/json")
@@ -90,6 +95,7 @@ def test_bad_bodies_get_a_400_with_a_sentence():
         assert post_scan(door, "T-9999", scanned_at=when).status_code == 200
 
 
+@pytest.mark.fast
 def test_an_offline_sync_sent_twice_makes_one_check_in_and_the_conflict_shows_on_the_desk():
     ticket = mina()
     door_1, door_2 = staff_with("check_in", "view_checkin"), staff_with("check_in")
@@ -108,6 +114,7 @@ def test_an_offline_sync_sent_twice_makes_one_check_in_and_the_conflict_shows_on
     assert "let in offline at door 2" in desk
 
 
+@pytest.mark.fast
 def test_undo_on_the_arrivals_page_needs_the_change_permission_and_a_reason():
     ticket = mina()
     post_scan(staff_with("check_in"), ticket.secret)
@@ -120,6 +127,7 @@ def test_undo_on_the_arrivals_page_needs_the_change_permission_and_a_reason():
     assert CheckIn.objects.count() == 0
 
 
+@pytest.mark.fast
 def test_the_guest_ticket_page_says_when_they_checked_in(client):
     ticket = mina()
     registration = ticket.registration
@@ -130,6 +138,7 @@ def test_the_guest_ticket_page_says_when_they_checked_in(client):
     assert f"Checked in at {check_in.at:%H:%M}" in client.get(url).content.decode()
 
 
+@pytest.mark.fast
 def test_a_scanned_secret_never_reaches_the_log(caplog):
     ticket = mina()
     door = staff_with("check_in")
@@ -142,6 +151,7 @@ def test_a_scanned_secret_never_reaches_the_log(caplog):
     assert ticket.secret not in caplog.text
 
 
+@pytest.mark.fast
 def test_a_negative_scan_limit_is_a_system_check_error(settings):
     from door.checks import door_settings
 

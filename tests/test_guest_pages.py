@@ -1,12 +1,12 @@
 """The guest's path through the site, with a real worker process making the ticket."""
 
 import io
-import re
 
 import pytest
 from django.core.management import call_command
 from pypdf import PdfReader
 
+from tests.helpers import register_by_form
 from tickets import services
 from tickets.models import Registration, Ticket
 
@@ -17,12 +17,7 @@ def pdf_text(content: bytes) -> str:
     return "\n".join(page.extract_text() for page in PdfReader(io.BytesIO(content)).pages)
 
 
-def register(client, name: str):
-    page = client.get("/evening/")
-    key = re.search(r'name="submission_key" value="([^"]+)"', page.content.decode()).group(1)
-    return client.post("/evening/", {"name": name, "submission_key": key})
-
-
+@pytest.mark.fast
 def test_pages_lead_from_home_to_the_form(client):
     home = client.get("/")
     assert "Explore the evening" in home.content.decode()
@@ -35,8 +30,9 @@ def test_pages_lead_from_home_to_the_form(client):
     assert "Register for the evening" in evening
 
 
+@pytest.mark.broker
 def test_registration_gets_its_ticket_from_a_worker_process(client, workers):
-    response = register(client, "Ada Lovelace")
+    response = register_by_form(client, "Ada Lovelace")
     assert response.status_code == 302
     registration = Registration.objects.get()
     page = client.get(response["Location"]).content.decode()
@@ -63,12 +59,14 @@ def test_registration_gets_its_ticket_from_a_worker_process(client, workers):
     assert registration.code in text and "Ada Lovelace" in text and ticket.number in text
 
 
+@pytest.mark.broker
 def test_no_ready_registrations_when_the_queue_is_empty(workers):
     result = workers.run()
     assert result.returncode == 0
     assert result.stdout.strip() == "No ready registrations"
 
 
+@pytest.mark.fast
 @pytest.mark.django_db(transaction=True, reset_sequences=True)
 def test_demo_guest_ticket_opens_and_seeding_twice_changes_nothing(client):
     call_command("seed_demo")
@@ -79,13 +77,14 @@ def test_demo_guest_ticket_opens_and_seeding_twice_changes_nothing(client):
     assert "Open ticket" in client.get(base).content.decode()
     assert "Mina Patel" in pdf_text(client.get(f"{base}ticket/download/").content)
     # The next guest after the demo data is R-0002.
-    assert register(client, "Next Guest").status_code == 302
+    assert register_by_form(client, "Next Guest").status_code == 302
     assert Registration.objects.latest("id").code == "R-0002"
 
 
+@pytest.mark.broker
 def test_two_guests_with_the_same_name_get_two_tickets(client, workers):
-    register(client, "Same name")
-    register(client, "Same name")
+    register_by_form(client, "Same name")
+    register_by_form(client, "Same name")
     assert Registration.objects.filter(name="Same name").count() == 2
     result = workers.run("--drain")
     assert result.returncode == 0, result.stderr
@@ -95,8 +94,9 @@ def test_two_guests_with_the_same_name_get_two_tickets(client, workers):
     )
 
 
+@pytest.mark.fast
 def test_your_registrations_lists_this_browser_only_unless_lab_mode(client, settings):
-    register(client, "Mine")
+    register_by_form(client, "Mine")
     Registration.objects.create(name="Someone else")
     mine = client.get("/registrations/").content.decode()
     assert "Mine" in mine and "Someone else" not in mine
@@ -105,6 +105,7 @@ def test_your_registrations_lists_this_browser_only_unless_lab_mode(client, sett
     assert "Mine" in everyone and "Someone else" in everyone
 
 
+@pytest.mark.fast
 def test_a_wrong_or_missing_secret_is_a_404(client):
     registration = Registration.objects.create(name="Private Person")
     wrong = "x" * len(registration.secret)
@@ -115,6 +116,7 @@ def test_a_wrong_or_missing_secret_is_a_404(client):
     assert client.get(f"/registrations/{registration.code}/{registration.secret}/").status_code == 200
 
 
+@pytest.mark.broker
 def test_the_status_endpoint_needs_the_secret_and_says_when_the_ticket_is_ready(client, workers):
     registration = services.register_guest(name="Polling Guest")
     url = f"/registrations/{registration.code}/{registration.secret}/status.json"

@@ -14,7 +14,7 @@ from tickets.models import Registration
 from tickets.transport import amqp
 from tickets.worker import Worker
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
 
 
 class RecordingChannel:

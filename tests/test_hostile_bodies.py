@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from tests.helpers import MODES
 from tickets import contract, transport
 from tickets.models import Registration, RejectedMessage, Ticket
 
-pytestmark = pytest.mark.django_db(transaction=True)
-MODES = pytest.mark.parametrize("mode", [(), ("--batch", "10")], ids=["per-delivery", "batch"])
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 # One of each kind that broke the worker before: a decoder that raises
 # RecursionError, an oversize body, bytes PostgreSQL's text type refuses,

@@ -55,12 +55,14 @@ def counted(monkeypatch):
     return counter
 
 
+@pytest.mark.fast
 def test_an_oversize_name_is_refused_before_any_per_character_work(counted):
     with pytest.raises(contract.ContractError, match="at most 100 characters"):
         contract.clean_name(ZALGO)
     assert counted.looked_at == 0
 
 
+@pytest.mark.fast
 def test_the_characters_looked_at_grow_linearly_with_the_name(counted):
     def looked_at(text: str) -> int:
         counted.looked_at = 0
@@ -72,6 +74,7 @@ def test_the_characters_looked_at_grow_linearly_with_the_name(counted):
         assert looked_at(unit * 1000) <= len(unit * 1000)
 
 
+@pytest.mark.fast
 def test_one_letter_with_299_combining_marks_is_not_one_character():
     name = "a" + "\u0301" * 299
     assert contract.name_length(name) > contract.MAX_NAME_LENGTH
@@ -79,6 +82,7 @@ def test_one_letter_with_299_combining_marks_is_not_one_character():
         contract.clean_name(name)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "name",
     [
@@ -92,6 +96,7 @@ def test_real_names_with_marks_and_joiners_still_count_as_typed(name):
     assert contract.clean_name(name)
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_a_form_post_larger_than_any_name_is_refused_unread():
     response = Client().post("/evening/", {"name": "a" + "\u0301" * 100_000, "submission_key": "k"})
@@ -99,6 +104,7 @@ def test_a_form_post_larger_than_any_name_is_refused_unread():
     assert not Registration.objects.exists()
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_a_post_the_size_of_a_long_name_is_still_read():
     name = "\u0915\u093c" * 100  # 300 code points, three bytes each, percent-encoded
@@ -123,6 +129,7 @@ def start_site(**env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     "key",
     [
@@ -141,11 +148,13 @@ def test_the_site_refuses_to_start_on_a_missing_short_or_public_key(key):
     assert "the site will not start on a key anyone can read" in result.stderr
 
 
+@pytest.mark.system
 def test_the_site_starts_on_a_long_random_key_and_in_debug_without_one():
     assert start_site(DJANGO_SECRET_KEY=GOOD_KEY).returncode == 0
     assert start_site(DJANGO_DEBUG="1").returncode == 0
 
 
+@pytest.mark.fast
 def test_docker_compose_has_no_fallback_key():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     key = compose["services"]["web"]["environment"]["DJANGO_SECRET_KEY"]
@@ -160,6 +169,7 @@ def forged_session(data) -> str:
     )
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_a_cookie_signed_with_the_key_lists_no_registration_it_cannot_prove(client, settings):
     settings.NIGHTJAR_LAB = False
@@ -177,6 +187,7 @@ def test_a_cookie_signed_with_the_key_lists_no_registration_it_cannot_prove(clie
     assert guests[2].secret in page and guests[0].code not in page
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_the_cookie_remembers_a_bounded_number_of_registrations(client, settings):
     settings.NIGHTJAR_LAB = False
@@ -205,6 +216,7 @@ def raw_request(url: str, method: str, path: str, body: str = "") -> int:
     return status
 
 
+@pytest.mark.system
 @pytest.mark.django_db(transaction=True)
 def test_no_log_stream_of_gunicorn_carries_a_guest_secret(worker_env):
     env = {
@@ -254,6 +266,7 @@ def test_no_log_stream_of_gunicorn_carries_a_guest_secret(worker_env):
 # --- Smaller -----------------------------------------------------------------
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_guest_pages_with_the_secret_in_their_url_are_never_cached(client):
     registration = services.register_guest(name="Cache Probe", submission_key=None)
@@ -265,6 +278,7 @@ def test_guest_pages_with_the_secret_in_their_url_are_never_cached(client):
         assert "no-store" in response.get("Cache-Control", ""), path
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_metrics_need_the_permission_to_view_registrations():
     user = User.objects.create_user("clerk", password="correct horse battery staple", is_staff=True)
@@ -288,6 +302,7 @@ def behind_proxy(settings):
     return settings
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_x_forwarded_proto_counts_from_the_proxy_only(client, behind_proxy):
     assert client.get("/visit/", HTTP_X_FORWARDED_PROTO="https", REMOTE_ADDR=PROXY).status_code == 200
@@ -295,6 +310,7 @@ def test_x_forwarded_proto_counts_from_the_proxy_only(client, behind_proxy):
     assert forged.status_code == 301 and forged["Location"].startswith("https://")
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_x_forwarded_for_counts_from_the_proxy_only(behind_proxy):
     def post(remote: str, forwarded: str) -> int:
@@ -314,6 +330,7 @@ def test_x_forwarded_for_counts_from_the_proxy_only(behind_proxy):
     assert [post(OUTSIDER, f"198.51.100.{i}") for i in range(10, 16)] == [302] * 3 + [429] * 3
 
 
+@pytest.mark.fast
 def test_gunicorn_faces_only_a_buffering_proxy():
     guide = (ROOT / "docs" / "deploy.md").read_text()
     assert "option http-buffer-request" in guide and "proxy_request_buffering" in guide
@@ -323,6 +340,7 @@ def test_gunicorn_faces_only_a_buffering_proxy():
     assert 'os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")' in config
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_a_client_polling_readiness_costs_one_broker_look_per_second(client, monkeypatch, settings):
     settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 1.0
@@ -355,6 +373,7 @@ def setting_in_a_fresh_process(name: str, **env: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.broker
 def test_no_management_api_is_guessed_for_a_remote_broker():
     remote = setting_in_a_fresh_process("RABBITMQ_MANAGEMENT_URL", NIGHTJAR_BROKER_URL="amqp://u:p@rmq-1:5672/%2F")
     assert remote == ""
@@ -406,6 +425,7 @@ def recording_server(location: str = ""):
         server.server_close()
 
 
+@pytest.mark.fast
 def test_the_management_call_follows_no_redirect_and_can_use_its_own_user(settings):
     from tickets.transport import amqp
 
@@ -422,6 +442,7 @@ def test_the_management_call_follows_no_redirect_and_can_use_its_own_user(settin
         assert base64.b64decode(stolen[-1].removeprefix("Basic ")) == b"monitor:monitor-password"
 
 
+@pytest.mark.fast
 def test_check_deploy_warns_of_management_credentials_over_plain_http(settings):
     from tickets.checks import management_api_over_plain_http
 
@@ -432,6 +453,7 @@ def test_check_deploy_warns_of_management_credentials_over_plain_http(settings):
         assert management_api_over_plain_http(None) == []
 
 
+@pytest.mark.fast
 @pytest.mark.django_db(transaction=True)
 def test_after_a_failure_on_a_read_only_session_the_worker_writes_on_a_new_connection(monkeypatch):
     """A session opened while the database was read-only stays so (it still

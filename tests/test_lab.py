@@ -11,7 +11,7 @@ from tests.conftest import ROOT, TRANSPORT
 from tickets import services
 from tickets.models import Ticket
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 
 def test_unknown_checkpoint_is_refused_with_the_valid_names(workers):

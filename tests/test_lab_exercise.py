@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 from tickets import lab, services, transport
 from tickets.models import Completion, Registration
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 # Step 2: the learner moves the ack after the commit (no completion key yet).
 ACK_AFTER_COMMIT = """

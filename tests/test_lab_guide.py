@@ -4,8 +4,12 @@ for character, so the two cannot drift. Fast: no database, no broker."""
 
 import re
 
+import pytest
+
 from tests.conftest import ROOT
 from tickets import lab
+
+pytestmark = pytest.mark.fast
 
 # A full handler in the guide: a line naming its file, then its python block.
 SHOWN = re.compile(r"`tickets/lab_files/(\w+\.py)`[^\n]*\n\n```python\n(.*?)```\n", re.DOTALL)

@@ -47,6 +47,7 @@ def shared_parts(text: str) -> list[tuple[int, str]]:
     return parts
 
 
+@pytest.mark.fast
 def test_the_russian_guide_has_the_english_guides_blocks_and_markup_in_order():
     english, russian = shared_parts(ENGLISH.read_text()), shared_parts(RUSSIAN.read_text())
     for index, ((en_line, en), (ru_line, ru)) in enumerate(zip(english, russian, strict=False)):
@@ -62,6 +63,7 @@ def test_the_russian_guide_has_the_english_guides_blocks_and_markup_in_order():
     )
 
 
+@pytest.mark.fast
 def test_the_russian_guide_is_russian_between_the_blocks():
     """Not the English text copied: most prose lines carry Cyrillic."""
     text = RUSSIAN.read_text()
@@ -72,6 +74,7 @@ def test_the_russian_guide_is_russian_between_the_blocks():
     assert len(cyrillic) >= 0.9 * len(prose), f"{len(prose) - len(cyrillic)} of {len(prose)} prose lines"
 
 
+@pytest.mark.system
 @pytest.mark.skipif(
     not os.environ.get("DATABASE_URL"),
     reason="the Russian guide runs in bin/test's PostgreSQL leg (the English one in the SQLite legs)",

@@ -18,6 +18,7 @@ SQLITE_LEGS_ONLY = pytest.mark.skipif(
 )
 
 
+@pytest.mark.fast
 def test_the_runner_can_follow_every_step_of_the_guide():
     """Fast: every marker is one the runner knows, every block is in a part,
     and both parts exist (a typo would otherwise skip a step silently)."""
@@ -26,6 +27,7 @@ def test_the_runner_can_follow_every_step_of_the_guide():
     assert parts == {"rabbitmq", "redis"}
 
 
+@pytest.mark.system
 @SQLITE_LEGS_ONLY
 def test_the_lab_guide_shows_what_really_happens(tmp_path):
     part = "redis" if TRANSPORT == "redis" else "rabbitmq"

@@ -11,6 +11,8 @@ import pytest
 from nightjar import localrun
 from tests.checkout import LocalRun, clean_env, copy_checkout
 
+pytestmark = pytest.mark.system
+
 SHOW = (
     "from django.conf import settings; "
     "print(settings.NIGHTJAR_LAB, settings.NIGHTJAR_BROKER_URL, settings.DATABASES['default']['NAME'])"

@@ -13,11 +13,11 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 
-from tests.test_delivery_contract import break_tickets_table, mend_tickets_table
+from tests.helpers import break_tickets_table, mend_tickets_table
 from tickets import contract, services, transport
 from tickets.models import DeliveryFailure, ParkedDelivery, RejectedMessage, StaffAction
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 LIMIT = 2  # the broker's backstop (Redis: the transport's) dead-letters on the third return
 
 

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 from tickets import services
 from tickets.models import DeliveryFailure
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,8 @@ import pytest
 
 from tests.ports import ephemeral_range, free_cluster_port, free_port, port_is_free
 
+pytestmark = pytest.mark.fast
+
 # What each kind of port stands for: the port itself and the ones beside it the servers take.
 KINDS = {
     "plain": (lambda: free_port(), (0,)),

@@ -38,12 +38,14 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.system
 def test_check_deploy_reports_nothing_with_production_variables():
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.system
 def test_check_deploy_flags_a_missing_secret_key():
     env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
@@ -51,12 +53,14 @@ def test_check_deploy_flags_a_missing_secret_key():
     assert "security.W009" in result.stderr
 
 
+@pytest.mark.system
 def test_junk_in_a_setting_fails_loudly():
     result = manage("check", env={**PRODUCTION_ENV, "DJANGO_DEBUG": "maybe"})
     assert result.returncode != 0
     assert "DJANGO_DEBUG must be 1/0, true/false, yes/no or on/off, not 'maybe'" in result.stderr
 
 
+@pytest.mark.broker
 @pytest.mark.django_db
 def test_healthz_is_200_when_database_and_rabbitmq_answer(client, settings):
     settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 0  # each answer fresh: the broker changes within the test
@@ -65,6 +69,7 @@ def test_healthz_is_200_when_database_and_rabbitmq_answer(client, settings):
     assert response.json() == {"status": "ok", "database": "ok", transport.name().lower(): "ok"}
 
 
+@pytest.mark.broker
 @pytest.mark.django_db
 def test_healthz_is_503_without_rabbitmq_and_leaks_nothing(client, rabbit, settings):
     settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 0  # each answer fresh: the broker changes within the test
@@ -75,6 +80,7 @@ def test_healthz_is_503_without_rabbitmq_and_leaks_nothing(client, rabbit, setti
     assert b"amqp" not in response.content and b"guest" not in response.content
 
 
+@pytest.mark.broker
 @pytest.mark.django_db
 def test_liveness_stays_200_while_readiness_reports_the_broker_down(client, rabbit, settings):
     settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 0  # each answer fresh: the broker changes within the test
@@ -87,6 +93,7 @@ def test_liveness_stays_200_while_readiness_reports_the_broker_down(client, rabb
     assert live["Cache-Control"] == ready["Cache-Control"] == "no-store"
 
 
+@pytest.mark.broker
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_touches_its_health_file_while_its_loop_runs_and_not_when_it_hangs(workers, tmp_path, rabbit):
     alive = tmp_path / "worker.alive"
@@ -112,6 +119,7 @@ def test_the_worker_touches_its_health_file_while_its_loop_runs_and_not_when_it_
         assert age() < 1.5
 
 
+@pytest.mark.fast
 def test_logs_are_json_lines_with_passwords_masked():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -140,12 +148,14 @@ def test_logs_are_json_lines_with_passwords_masked():
     assert "s3cret" not in stream.getvalue()
 
 
+@pytest.mark.fast
 def test_guest_secrets_never_reach_the_logs():
     registration_path = "/registrations/R-0042/Zx9_secret-Value/ticket/download/"
     assert mask(f"GET {registration_path} 200") == "GET /registrations/R-0042/***/ticket/download/ 200"
     assert mask("/registrations/R-7/abc?x=1") == "/registrations/R-7/***?x=1"
 
 
+@pytest.mark.fast
 def test_docker_compose_describes_every_service_with_what_it_needs():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
@@ -171,6 +181,7 @@ def test_docker_compose_describes_every_service_with_what_it_needs():
     assert "requirements.txt" in dockerfile and "collectstatic" in dockerfile
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_audit_passes_on_a_clean_database():
     registration = Registration.objects.create(name="Clean")
@@ -181,6 +192,7 @@ def test_audit_passes_on_a_clean_database():
     assert "Audit passed: 1 registrations" in out.getvalue()
 
 
+@pytest.mark.fast
 @pytest.mark.django_db
 def test_audit_prints_every_kind_of_violation_and_fails():
     doubled = Registration.objects.create(name="Doubled")
@@ -208,6 +220,7 @@ def test_audit_prints_every_kind_of_violation_and_fails():
     assert f"VIOLATION pending for more than 300 s: {stale.code}" in report
 
 
+@pytest.mark.system
 def test_a_broken_broker_url_and_lab_mode_in_production_are_system_check_findings():
     broken = manage("check", env={**PRODUCTION_ENV, "RABBITMQ_URL": "http://nowhere"})
     assert broken.returncode != 0
@@ -217,6 +230,7 @@ def test_a_broken_broker_url_and_lab_mode_in_production_are_system_check_finding
     assert "nightjar.W001" in lab.stderr
 
 
+@pytest.mark.system
 def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     """systemd's own checker on the unit files, pointed at this checkout."""
     units = []
@@ -235,6 +249,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     assert "NIGHTJAR_CONSUMER_NAME=%H-worker-%i" in worker
 
 
+@pytest.mark.system
 def test_the_multi_node_broker_url_is_checked():
     both = "amqp://guest:guest@127.0.0.1:5672/%2F;redis://127.0.0.1:6379/0"
     result = manage("check", env={**PRODUCTION_ENV, "NIGHTJAR_BROKER_URL": both})
@@ -252,6 +267,7 @@ def still_running(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+@pytest.mark.broker
 @pytest.mark.amqp_only
 def test_a_rabbitmq_node_from_bin_rabbitmq_node_stops_with_its_own_epmd(tmp_path):
     """bin/rabbitmq-node gives its node an epmd of its own (PORT+20001, started
@@ -281,6 +297,7 @@ def test_a_rabbitmq_node_from_bin_rabbitmq_node_stops_with_its_own_epmd(tmp_path
             assert probe.connect_ex(("127.0.0.1", closed)) != 0, f"something still listens on {closed}"
 
 
+@pytest.mark.broker
 @pytest.mark.amqp_only
 def test_a_rabbitmq_node_whose_port_is_taken_says_why_it_did_not_start(tmp_path):
     """The node's own log holds the reason a boot failed (its server.out only

@@ -19,7 +19,7 @@ from tests.ports import free_port
 from tickets import services, transport
 from tickets.models import DeliveryFailure, Registration
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 
 class RedisServer:

@@ -8,7 +8,7 @@ import pytest
 from tickets import services, transport
 from tickets.models import Registration
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
 
 
 def test_a_refused_publish_does_not_make_the_next_ones_skip_the_broker(rabbit, settings):

@@ -13,17 +13,19 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from pypdf import PdfReader
 
+from tests.helpers import submission_key
 from tickets import contract, transport
 from tickets.handler import handle
 from tickets.models import Completion, Registration, RejectedMessage, Ticket
 from tickets.worker import Worker
 
+pytestmark = pytest.mark.fast
+
 SCRIPT = '<script>alert("x")</script><b>bold</b>'
 
 
 def form_key(client) -> str:
-    page = client.get("/evening/").content.decode()
-    return re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
+    return submission_key(client.get("/evening/").content.decode())
 
 
 @pytest.mark.django_db

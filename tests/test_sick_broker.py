@@ -32,6 +32,7 @@ def assert_registration_page(status: int, page: str) -> None:
     assert "Your ticket is being prepared" in page
 
 
+@pytest.mark.system
 def test_posts_on_an_open_connection_and_on_a_new_one_answer_fast_when_rabbitmq_is_frozen(site, rabbit, workers):
     guest = Guest(site)
     assert_registration_page(*guest.register("Before The Freeze")[:2])  # the publisher connection is open now
@@ -56,6 +57,7 @@ def test_posts_on_an_open_connection_and_on_a_new_one_answer_fast_when_rabbitmq_
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())
 
 
+@pytest.mark.system
 def test_a_new_gunicorn_process_that_must_connect_to_a_frozen_broker_answers_fast(site, rabbit):
     # A fresh web process has no connection yet: its first publish must connect.
     with rabbit.frozen():
@@ -65,6 +67,7 @@ def test_a_new_gunicorn_process_that_must_connect_to_a_frozen_broker_answers_fas
     assert seconds < POST_BOUND
 
 
+@pytest.mark.system
 @pytest.mark.amqp_only  # a RabbitMQ resource alarm
 def test_posts_during_a_memory_alarm_answer_fast_and_are_published_after_it(site, rabbit, workers):
     guest = Guest(site)
@@ -83,6 +86,7 @@ def test_posts_during_a_memory_alarm_answer_fast_and_are_published_after_it(site
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())
 
 
+@pytest.mark.broker
 def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, workers):
     worker = workers.start("--serve")
     worker.wait_for("Serving")
@@ -95,6 +99,7 @@ def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, worker
     assert worker.proc.poll() is None
 
 
+@pytest.mark.broker
 @pytest.mark.parametrize(
     ("command", "message", "status"),
     [
@@ -126,6 +131,7 @@ def test_commands_fail_with_their_message_and_status_when_rabbitmq_is_frozen(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.fast
 def test_every_pika_failure_is_a_broker_error():
     pika = amqp.pika  # the tests import no broker library either
     stack_timeout = pika.adapters.utils.connection_workflow.AMQPConnectorStackTimeout("x")
@@ -142,6 +148,7 @@ def test_every_pika_failure_is_a_broker_error():
         raise KeyError("bug")
 
 
+@pytest.mark.broker
 @pytest.mark.amqp_only
 def test_a_nacked_publish_gets_a_fresh_connection_for_the_next_one(rabbit):
     """After a quorum queue's leader changes, a channel can have every later
@@ -173,6 +180,7 @@ def test_a_nacked_publish_gets_a_fresh_connection_for_the_next_one(rabbit):
     assert after is not None and after is not before and after.is_open
 
 
+@pytest.mark.broker
 @pytest.mark.amqp_only
 def test_a_node_list_is_tried_in_a_shuffled_order_past_a_dead_node(rabbit, settings, workers, worker_env):
     """NIGHTJAR_BROKER_URL may list a cluster's nodes separated by `;`: every

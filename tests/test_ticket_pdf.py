@@ -11,6 +11,8 @@ from pypdf import PdfReader
 from tickets import contract, pdf
 from tickets.models import Registration, Ticket
 
+pytestmark = pytest.mark.fast
+
 
 def make_ticket(name: str) -> Ticket:
     registration = Registration.objects.create(name=name)

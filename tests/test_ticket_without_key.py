@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 from tickets import contract, services, transport
 from tickets.models import Completion, ParkedDelivery, Registration
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 START_HANDLER = str(ROOT / "tickets" / "lab_files" / "start_handler.py")
 

@@ -46,8 +46,9 @@ def dead_letter_queue_name() -> str:
     return f"{settings.NIGHTJAR_QUEUE}.dead"
 
 
-SCHEMES = {"amqp": "amqp", "amqps": "amqp", "redis": "redis_streams", "rediss": "redis_streams"}
-NAMES = {"amqp": "RabbitMQ", "redis_streams": "Redis"}
+# memory:// is the fast test tier's in-process stand-in (memory.py), never a deployment's.
+SCHEMES = {"amqp": "amqp", "amqps": "amqp", "redis": "redis_streams", "rediss": "redis_streams", "memory": "memory"}
+NAMES = {"amqp": "RabbitMQ", "redis_streams": "Redis", "memory": "the in-memory broker"}
 
 
 def kind() -> str:

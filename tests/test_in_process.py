@@ -1,0 +1,110 @@
+"""The fast tier's own ground: the worker loop in this process on the
+in-memory transport (tickets/transport/memory.py), and the guards that keep
+the tier honest. Nothing here proves a delivery guarantee — each behaviour
+shown is proven on RabbitMQ and Redis with real worker processes by the
+broker tier: one ticket per registration published twice
+(test_competing_workers.py), poison bodies recorded once and acked
+(test_delivery_contract.py::test_poison_messages_are_recorded_once_acked_and_make_no_ticket),
+a database error leaves the delivery unacked
+(test_crash_windows.py::test_database_error_in_the_handler_leaves_the_delivery_unacked)."""
+
+import io
+import subprocess
+
+import pytest
+from django.db.models import Count
+
+from tests.helpers import break_tickets_table, mend_tickets_table
+from tickets import services, transport
+from tickets.handler import handle
+from tickets.models import Completion, Registration, RejectedMessage, Ticket
+from tickets.transport import memory
+from tickets.worker import Worker
+
+pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
+
+BATCH = pytest.mark.parametrize("batch", [None, 10], ids=["per-delivery", "batch"])
+
+
+def drain(batch: int | None) -> tuple[int, str]:
+    out = io.StringIO()
+    worker = Worker(handler=handle, stdout=out, batch=batch)
+    worker.connect()
+    try:
+        return worker.drain(), out.getvalue()
+    finally:
+        worker.close()
+
+
+def test_a_fast_test_cannot_start_a_process_or_reach_a_broker():
+    assert transport.kind() == "memory"
+    with pytest.raises(pytest.fail.Exception, match="A fast test started a process"):
+        subprocess.run(["true"])
+
+
+def test_the_in_memory_queue_keeps_unacked_deliveries_and_dead_letters_past_the_limit(settings):
+    settings.NIGHTJAR_DELIVERY_LIMIT = 2
+    transport.publish(b"body", message_id="m1")
+    consumer = transport.Consumer()
+    first = consumer.get()
+    assert (first.body, first.redelivered, first.attempts) == (b"body", False, 0)
+    assert transport.queue_counts() == {"ready": 0, "unacked": 1, "unacked_error": "", "consumers": 1, "dead": 0}
+    consumer.close()  # a deliberate hand-back: not counted
+    consumer = transport.Consumer()
+    again = consumer.get()
+    assert (again.redelivered, again.attempts) == (True, 0)
+    for attempts in (1, 2):
+        consumer.requeue(again.tag)  # a failure: counted
+        again = consumer.get()
+        assert again.attempts == attempts
+    consumer.requeue(again.tag)
+    assert consumer.get() is None  # past the limit: moved to the dead-letter queue
+    assert consumer.get(dead=True).body == b"body"
+    with pytest.raises(transport.BrokerError):
+        consumer.ack(12345)
+    memory.down = True
+    with pytest.raises(transport.BrokerError):
+        transport.ping()
+
+
+@BATCH
+def test_registrations_published_twice_become_one_ticket_each_in_process(batch):
+    registrations = [services.register_guest(name=f"Guest {n % 7}") for n in range(20)]
+    for registration in registrations:
+        services.retry_registration(code=registration.code, actor="test")
+
+    handled, _ = drain(batch)
+
+    assert handled == 40
+    assert Ticket.objects.count() == Completion.objects.count() == 20
+    assert not Registration.objects.annotate(n=Count("tickets")).exclude(n=1).exists()
+    counts = transport.queue_counts()
+    assert (counts["ready"], counts["unacked"]) == (0, 0)
+
+
+@BATCH
+def test_a_poison_body_is_recorded_once_and_acked_in_process(batch):
+    valid = services.register_guest(name="Valid Guest")
+    transport.publish_raw([b"{this is not json", b'{"id":"R-99999999","name":"Nobody","v":1}'])
+
+    drain(batch)
+
+    assert RejectedMessage.objects.count() == 2
+    assert Ticket.objects.count() == 1 and valid.tickets.count() == 1
+    counts = transport.queue_counts()
+    assert (counts["ready"], counts["unacked"], counts["dead"]) == (0, 0, 0)
+
+
+def test_a_database_error_in_process_leaves_the_delivery_for_a_later_run():
+    registration = services.register_guest(name="Unlucky Guest")
+    break_tickets_table()
+    try:
+        with pytest.raises(Exception, match="tickets_ticket"):
+            drain(None)
+    finally:
+        mend_tickets_table()
+    assert (Ticket.objects.count(), Completion.objects.count()) == (0, 0)
+    assert transport.queue_counts()["ready"] == 1  # handed back, not acked
+
+    drain(None)
+    assert registration.tickets.count() == 1
