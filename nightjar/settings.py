@@ -115,6 +115,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "delivery",
     "tickets",
 ]
 
@@ -234,6 +235,7 @@ LOGGING = {
     },
     "root": {"handlers": ["stdout"], "level": "WARNING"},
     "loggers": {
+        "delivery": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
         "tickets": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
         # pika logs every failed connection attempt with a traceback; broker.py
         # turns those into one sentence of its own, so only pika's worst gets through.

@@ -28,8 +28,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from delivery import transport
 from tests.ports import free_port
-from tickets import transport
 
 ROOT = Path(__file__).resolve().parent.parent
 

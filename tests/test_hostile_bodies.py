@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from tickets import contract, transport
+from delivery import transport
+from tickets import contract
 from tickets.models import Registration, RejectedMessage, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,9 +14,10 @@ import time
 
 import pytest
 
+from delivery import transport
 from tests.conftest import ROOT
 from tests.ports import free_port
-from tickets import services, transport
+from tickets import services
 from tickets.models import DeliveryFailure, Registration
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,8 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from tickets import contract, metrics, transport
+from delivery import metrics, transport
+from tickets import contract
 from tickets.models import (
     Completion,
     DeliveryFailure,

@@ -2,7 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import lab, services, transport
+from delivery import transport
+from tickets import lab, services
 
 
 class Command(BaseCommand):

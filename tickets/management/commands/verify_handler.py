@@ -4,7 +4,8 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import lab, transport, verify
+from delivery import transport
+from tickets import lab, verify
 
 
 class Command(BaseCommand):

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import services, transport
+from delivery import transport
+from tickets import services
 from tickets.models import ParkedDelivery
 
 

@@ -63,7 +63,7 @@ def name() -> str:
 
 def backend():
     """The module that implements the transport the broker URL names."""
-    return importlib.import_module(f"tickets.transport.{kind()}")
+    return importlib.import_module(f"delivery.transport.{kind()}")
 
 
 class Backoff:

@@ -28,7 +28,7 @@ import pika
 import pika.exceptions
 from django.conf import settings
 
-from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
+from delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
 
 logger = logging.getLogger(__name__)
 

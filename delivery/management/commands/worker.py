@@ -2,11 +2,12 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import lab, metrics, transport
-from tickets.checkpoints import CHECKPOINTS, CRASHES, Pause
-from tickets.worker import Worker
+from delivery import metrics, transport
+from delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
+from delivery.worker import Worker
+from tickets import lab
 
-logger = logging.getLogger("tickets.worker")
+logger = logging.getLogger("delivery.worker")
 
 
 class Command(BaseCommand):

@@ -18,9 +18,10 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from tickets import contract, metrics, services, transport
+from delivery import metrics, transport
+from delivery.checkpoints import Pause
+from tickets import contract, services
 from tickets.batch import handle_batch
-from tickets.checkpoints import Pause
 from tickets.models import Registration, Ticket
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core import checks
 
-from tickets import transport
+from delivery import transport
 
 
 @checks.register()
