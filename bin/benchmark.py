@@ -85,8 +85,9 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import Max, Min  # noqa: E402
 
+from delivery import transport  # noqa: E402
 from delivery.transport import amqp  # noqa: E402
-from tickets import contract, services, transport  # noqa: E402
+from tickets import contract, services  # noqa: E402
 from tickets.models import (  # noqa: E402
     Completion,
     DeliveryFailure,
