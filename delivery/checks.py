@@ -55,19 +55,6 @@ def redis_is_durable(app_configs, **kwargs):
     ]
 
 
-@checks.register(checks.Tags.security, deploy=True)
-def lab_mode_off_in_production(app_configs, **kwargs):
-    if settings.NIGHTJAR_LAB:
-        return [
-            checks.Warning(
-                'NIGHTJAR_LAB is on: "Your registrations" lists every guest\'s registration, with its private link.',
-                hint="Lab mode is for the learner lab on your own machine; unset NIGHTJAR_LAB in production.",
-                id="nightjar.W001",
-            )
-        ]
-    return []
-
-
 @checks.register(deploy=True)
 def management_api_over_plain_http(app_configs, **kwargs):
     """The management API gets the broker's credentials as HTTP Basic: over

@@ -26,6 +26,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
+from delivery import channel
+
 REGISTRATIONS = Counter("nightjar_registrations_created", "Registrations stored by the web (the durable intent).")
 PUBLISHES_FAILED = Counter(
     "nightjar_publishes_failed", "Registrations stored but not published at once (left for reconcile)."
@@ -60,9 +62,7 @@ class DeskCollector:
     queue as the broker reports it (nightjar_broker_up 0 when it does not answer)."""
 
     def collect(self):
-        from tickets import services
-
-        gauges = services.desk_gauges()
+        gauges = channel.current().gauges()
         yield GaugeMetricFamily(
             "nightjar_registrations_pending", "Registrations without a ticket, not parked.", value=gauges["pending"]
         )

@@ -18,11 +18,9 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from delivery import metrics, transport
+from delivery import channel, metrics, transport
 from delivery.checkpoints import Pause
-from tickets import contract, services
-from tickets.batch import handle_batch
-from tickets.models import Registration, Ticket
+from delivery.codec import ContractError
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +45,7 @@ class Worker:
         health_file: str | None = None,
     ) -> None:
         self.handler = handler
+        self.channel = channel.current()  # what the bodies mean, where records go
         self.batch = batch
         self.batch_seconds = batch_ms / 1000
         self.pause = pause
@@ -140,36 +139,38 @@ class Worker:
         Raises on a database error, leaving the whole batch unacked."""
         self.check_connections()
         started = time.perf_counter()
+        user = self.channel
         messages, rejections = [], []
         decoded = {}
         for delivery in deliveries:
             try:
-                decoded[delivery.tag] = contract.decode(delivery.body)
-            except contract.ContractError as error:
+                decoded[delivery.tag] = user.decode(delivery.body)
+            except ContractError as error:
                 rejections.append((delivery, str(error)))
         received = []
-        ids = {message.registration_id for message in decoded.values()}
-        stored = Registration.objects.stored(ids)
-        self.note_redeliveries(deliveries, decoded)
+        keys = {tag: user.intent_id(message) for tag, message in decoded.items()}
+        ids = set(keys.values())
+        stored = user.stored(ids)
+        self.note_redeliveries(deliveries, keys)
         for delivery in deliveries:
             message = decoded.get(delivery.tag)
             if message is None:
                 continue
             try:
-                contract.check_stored(message, stored.get(message.registration_id, (None,))[0])
-            except contract.ContractError as error:
+                user.check_stored(message, stored.get(keys[delivery.tag], (None,))[0])
+            except ContractError as error:
                 rejections.append((delivery, str(error)))
                 continue
             messages.append(message)
-            received.append(f"Received {message.code} redelivered={delivery.redelivered}")
+            received.append(f"Received {user.label(keys[delivery.tag])} redelivered={delivery.redelivered}")
         if received:
             self.say("\n".join(received))  # one write for the batch
         if messages:
             first, last = min(ids), max(ids)
-            self.on = f"batch of {len(deliveries)}, {contract.format_code(first)}–{contract.format_code(last)}"
+            self.on = f"batch of {len(deliveries)}, {user.label(first)}–{user.label(last)}"
         tags = [delivery.tag for delivery in deliveries]
         ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
-        new = handle_batch(messages, rejections, ack_all, self.pause)
+        new = user.handle_batch(messages, rejections, ack_all, self.pause)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
         self.handled += len(messages)
@@ -184,32 +185,33 @@ class Worker:
         self.check_connections()
         started = time.perf_counter()
         try:
-            message, created = self.check(delivery)
-        except contract.ContractError as error:
+            message, key, created = self.check(delivery)
+        except ContractError as error:
             self.reject(delivery, str(error))
             return
-        self.say(f"Received {message.code} redelivered={delivery.redelivered}")
-        self.note_redeliveries([delivery], {delivery.tag: message})
+        code = self.channel.label(key)
+        self.say(f"Received {code} redelivered={delivery.redelivered}")
+        self.note_redeliveries([delivery], {delivery.tag: key})
         self.current, self.current_acked = delivery, False
-        self.on = message.code
+        self.on = code
         since = timezone.now() if delivery.redelivered else None
         self.handler(message, lambda: self.ack_current(delivery), self.pause)
         self.handled += 1
         # The handler does not say whether it made the ticket. A first delivery almost always
         # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
         # may not, so for those the tickets table says (one query, for redeliveries only).
-        made = not delivery.redelivered or self.made_since(message.registration_id, since)
+        made = not delivery.redelivered or self.made_since(key, since)
         self.measure(started, handled=1, made=[created] if made else [])
         self.say("Handler returned.")
 
-    def made_since(self, registration_id: int, since) -> bool:
-        """Whether this registration's ticket was issued since then, for the
+    def made_since(self, key: int, since) -> bool:
+        """Whether this intent's outcome was written since then, for the
         latency metric. Asked after the commit: a database error here costs the
         observation, never the delivery (already committed, its ack maybe sent)."""
         try:
-            return Ticket.objects.made_since(registration_id, since)
+            return self.channel.made_since(key, since)
         except DatabaseError:
-            logger.warning("Could not tell whether %s got its ticket now", contract.format_code(registration_id))
+            logger.warning("Could not tell whether %s got its ticket now", self.channel.label(key))
             self.connections_suspect = True
             return False
 
@@ -235,16 +237,17 @@ class Worker:
             metrics.REJECTED.inc(rejected)
         if made:
             now = time.time()
-            for created in made:  # seconds since the epoch (Registration.objects.stored)
+            for created in made:  # seconds since the epoch (Channel.stored)
                 metrics.LATENCY.observe(max(0.0, now - created))
 
-    def note_redeliveries(self, deliveries: list[transport.Delivery], decoded: dict) -> None:
-        """Staff see in a registration's history when it came again: one row
-        per redelivery, one statement per batch, nothing for a first delivery."""
+    def note_redeliveries(self, deliveries: list[transport.Delivery], keys: dict) -> None:
+        """Staff see in an intent's history when it came again: one row per
+        redelivery, one statement per batch, nothing for a first delivery.
+        keys: {tag: intent key} of the deliveries that decoded."""
         again = [delivery for delivery in deliveries if delivery.redelivered]
         if again:
-            pairs = [(getattr(decoded.get(d.tag), "registration_id", None), d.attempts + 1) for d in again]
-            services.record_redeliveries(deliveries=pairs, worker=self.name)
+            pairs = [(keys.get(d.tag), d.attempts + 1) for d in again]
+            self.channel.record_redeliveries(deliveries=pairs, worker=self.name)
 
     def ack_current(self, delivery: transport.Delivery) -> None:
         self.consumer.ack(delivery.tag, flush=self.flush_acks)
@@ -264,32 +267,33 @@ class Worker:
             " and the next reconcile publishes it again (no failure was recorded)."
         )
 
-    def check(self, delivery: transport.Delivery) -> tuple[contract.Message, float | None]:
-        """The contract, then the stored registration: a body that names an
-        unknown registration or another name is not a repeat of anything.
-        Returns the message and when its registration was stored."""
-        message = contract.decode(delivery.body)
-        name, created = self.stored(message.registration_id)
-        contract.check_stored(message, name)
-        return message, created
+    def check(self, delivery: transport.Delivery) -> tuple[object, int, float | None]:
+        """The contract, then the stored intent: a body that names an unknown
+        registration or another name is not a repeat of anything. Returns the
+        message, its intent's key and when that was stored."""
+        message = self.channel.decode(delivery.body)
+        key = self.channel.intent_id(message)
+        name, created = self.stored(key)
+        self.channel.check_stored(message, name)
+        return message, key, created
 
-    def stored(self, registration_id: int) -> tuple[str | None, float | None]:
+    def stored(self, key: int) -> tuple[str | None, float | None]:
         """The stored name of a registration and when it was stored, (None,
         None) if there is none. Read in one query with those of the deliveries
         already waiting in the consumer's buffer, as a batch reads its own: a
         delivery finds its row read at most a second before (else read again)
         and each row serves one delivery. Saves a query per delivery — on
         PostgreSQL a round trip (bin/benchmark.py, pairs)."""
-        if time.monotonic() - self.ahead_read < 1.0 and registration_id in self.ahead:
-            return self.ahead.pop(registration_id)
-        ids = {registration_id} | contract.hinted_ids(self.consumer.waiting()[: self.prefetch])
-        self.ahead, self.ahead_read = Registration.objects.stored(ids), time.monotonic()
-        return self.ahead.pop(registration_id, (None, None))
+        if time.monotonic() - self.ahead_read < 1.0 and key in self.ahead:
+            return self.ahead.pop(key)
+        ids = {key} | self.channel.hinted_ids(self.consumer.waiting()[: self.prefetch])
+        self.ahead, self.ahead_read = self.channel.stored(ids), time.monotonic()
+        return self.ahead.pop(key, (None, None))
 
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
         with transaction.atomic():
-            record = services.record_rejection(delivery=delivery, reason=reason)
+            record = self.channel.record_rejection(delivery=delivery, reason=reason)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
         metrics.REJECTED.inc()
@@ -400,25 +404,25 @@ class Worker:
             self.failed += 1
             self.connections_suspect = True
             metrics.FAILED.inc()
-            services.record_failure(delivery=delivery, error=error, worker=self.name)
+            self.channel.record_failure(delivery=delivery, error=error, worker=self.name)
             if self.park_if_failed_too_often(delivery):
                 return []
             return [(delivery, error)]
 
     def park_if_failed_too_often(self, delivery: transport.Delivery) -> bool:
-        """Nightjar's own delivery limit (services.park_after_failures): the
+        """Nightjar's own delivery limit (Channel.park_after_failures): the
         park is committed first, then the delivery acked. False when the
         limit is not reached, or the database cannot say (hand it back)."""
         try:
-            registration = services.park_after_failures(delivery=delivery)
+            code = self.channel.park_after_failures(delivery=delivery)
         except DatabaseError:
             logger.warning("Could not count the failed attempts; handing the delivery back", exc_info=True)
             return False
-        if registration is None:
+        if code is None:
             return False
         self.consumer.ack(delivery.tag)
         self.say(
-            f"Parked {registration.code}: its delivery failed {settings.NIGHTJAR_DELIVERY_LIMIT} times "
+            f"Parked {code}: its delivery failed {settings.NIGHTJAR_DELIVERY_LIMIT} times "
             "(the delivery limit); see `parked`."
         )
         return True
@@ -428,14 +432,12 @@ class Worker:
         the terminal, one record for staff; reconcile republishes them."""
         while self.consumer.lost:
             entry = self.consumer.lost.pop(0)
-            services.record_lost_entry(entry=entry, worker=self.name)
+            self.channel.record_lost_entry(entry=entry, worker=self.name)
             self.say(f"{transport.name()} entry {entry} was trimmed before it was handled; reconcile republishes it.")
 
     def reconcile(self) -> None:
         try:
-            report = services.reconcile_registrations(
-                **self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)"
-            )
+            report = self.channel.reconcile(**self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)")
         except Exception:
             logger.exception("Reconcile failed; trying again at the next interval")
             return
@@ -488,7 +490,7 @@ class Worker:
             "handed_back": self.handed_back,
             "current": self.on[:100],
         }
-        services.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
+        self.channel.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""

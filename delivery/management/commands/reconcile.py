@@ -1,7 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery import transport
-from tickets import services
+from delivery import channel, transport
 
 SHOWN = 50  # codes listed one per line; a backlog of thousands is summed up
 
@@ -26,8 +25,9 @@ class Command(BaseCommand):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
-            report = services.reconcile_registrations(
-                limit=options["limit"], older_than=options["older_than"], actor=services.command_line_actor("reconcile")
+            user = channel.current()
+            report = user.reconcile(
+                limit=options["limit"], older_than=options["older_than"], actor=user.actor("reconcile")
             )
         except transport.BrokerError as error:
             raise CommandError(f"Stopped: {error}", returncode=3) from None

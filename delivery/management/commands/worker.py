@@ -2,10 +2,9 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery import metrics, transport
+from delivery import channel, metrics, transport
 from delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
 from delivery.worker import Worker
-from tickets import lab
 
 logger = logging.getLogger("delivery.worker")
 
@@ -28,7 +27,7 @@ class Command(BaseCommand):
             "--handler",
             help=(
                 f"Dotted path or .py file of the handler (default: NIGHTJAR_HANDLER; in lab mode the learner's "
-                f"lab/handler.py once `lab start` made it; else {lab.SAFE_HANDLER})."
+                f"lab/handler.py once `lab start` made it; else {channel.current().handler_help})."
             ),
         )
         parser.add_argument(
@@ -112,8 +111,9 @@ class Command(BaseCommand):
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
-            handler = lab.load_handler(options["handler"] or lab.default_handler())
-        except lab.HandlerError as error:
+            user = channel.current()
+            handler = user.load_handler(options["handler"] or user.default_handler())
+        except channel.HandlerError as error:
             raise CommandError(
                 f"{error} Nothing was taken from {transport.name()}; fix it and run again.", returncode=2
             ) from None

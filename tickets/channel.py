@@ -1,0 +1,94 @@
+"""The registrations channel: what the delivery engine asks of tickets
+(delivery/channel.py says what each method promises). Registered in
+TicketsConfig.ready(); thin, every answer comes from the contract, the
+models or the services."""
+
+from delivery import channel
+from tickets import batch, contract, lab, services
+from tickets.models import ParkedDelivery, Registration, Ticket
+
+
+class RegistrationsChannel(channel.Channel):
+    # The hot path: bound once, no extra call per delivery.
+    decode = staticmethod(contract.decode)
+    label = staticmethod(contract.format_code)
+    hinted_ids = staticmethod(contract.hinted_ids)
+    check_stored = staticmethod(contract.check_stored)
+    handler_help = lab.SAFE_HANDLER
+
+    @staticmethod
+    def intent_id(message: contract.Message) -> int:
+        return message.registration_id
+
+    @staticmethod
+    def stored(ids):
+        return Registration.objects.stored(ids)
+
+    @staticmethod
+    def made_since(intent_id, since) -> bool:
+        return Ticket.objects.made_since(intent_id, since)
+
+    def default_handler(self) -> str:
+        return lab.default_handler()
+
+    def load_handler(self, spec):
+        try:
+            return lab.load_handler(spec)
+        except lab.HandlerError as error:
+            raise channel.HandlerError(str(error)) from None
+
+    def handle_batch(self, messages, rejections, ack_all, pause):
+        return batch.handle_batch(messages, rejections, ack_all, pause)
+
+    def record_rejection(self, *, delivery, reason):
+        return services.record_rejection(delivery=delivery, reason=reason)
+
+    def record_failure(self, *, delivery, error, worker):
+        services.record_failure(delivery=delivery, error=error, worker=worker)
+
+    def park_after_failures(self, *, delivery):
+        registration = services.park_after_failures(delivery=delivery)
+        return registration.code if registration is not None else None
+
+    def record_lost_entry(self, *, entry, worker):
+        services.record_lost_entry(entry=entry, worker=worker)
+
+    def record_redeliveries(self, *, deliveries, worker):
+        services.record_redeliveries(deliveries=deliveries, worker=worker)
+
+    def report_worker(self, *, name, fields, stopped, starting):
+        services.report_worker(name=name, fields=fields, stopped=stopped, starting=starting)
+
+    def reconcile(self, **options):
+        return services.reconcile_registrations(**options)
+
+    def collect_dead_letters(self):
+        return services.collect_dead_letters()
+
+    def requeue_parked(self, *, code, actor):
+        try:
+            return services.requeue_parked(code=code, actor=actor).code
+        except services.NightjarError as error:
+            raise channel.DomainError(str(error)) from None
+
+    def discard_parked(self, *, code, actor):
+        try:
+            return services.discard_parked(code=code, actor=actor).code
+        except services.NightjarError as error:
+            raise channel.DomainError(str(error)) from None
+
+    def parked_lines(self):
+        waiting = ParkedDelivery.objects.filter(resolution="").select_related("registration")
+        lines = []
+        for parked in waiting:
+            code = parked.registration.code if parked.registration else "(no registration)"
+            lines.append(
+                f"{code}  parked {parked.parked:%Y-%m-%d %H:%M:%S}  after {parked.attempts} deliveries  {parked.reason}"
+            )
+        return lines
+
+    def actor(self, command):
+        return services.command_line_actor(command)
+
+    def gauges(self):
+        return services.desk_gauges()
