@@ -2,16 +2,15 @@
 
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core import checks
 
-from delivery import transport
+from delivery import conf, transport
 
 
 @checks.register()
 def broker_settings(app_configs, **kwargs):
     errors = []
-    urls = [urlsplit(url) for url in settings.NIGHTJAR_BROKER_URL.split(";")]
+    urls = [urlsplit(url) for url in conf.NIGHTJAR_BROKER_URL.split(";")]
     if any(url.scheme not in transport.SCHEMES or not url.hostname for url in urls):
         errors.append(
             checks.Error(
@@ -28,7 +27,7 @@ def broker_settings(app_configs, **kwargs):
                 id="nightjar.E004",
             )
         )
-    if not settings.NIGHTJAR_QUEUE.strip():
+    if not conf.NIGHTJAR_QUEUE.strip():
         errors.append(
             checks.Error("NIGHTJAR_QUEUE is empty.", hint="Leave it unset for the default.", id="nightjar.E002")
         )
@@ -69,7 +68,7 @@ def management_api_over_plain_http(app_configs, **kwargs):
 
     plain = [
         url.strip()
-        for url in settings.RABBITMQ_MANAGEMENT_URL.split(";")
+        for url in conf.RABBITMQ_MANAGEMENT_URL.split(";")
         if urlsplit(url.strip()).scheme == "http" and remote(urlsplit(url.strip()).hostname or "")
     ]
     if not plain:

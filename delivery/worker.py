@@ -14,11 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from delivery import channel, metrics, transport
+from delivery import channel, conf, metrics, transport
 from delivery.checkpoints import Pause
 from delivery.codec import ContractError
 
@@ -261,7 +260,7 @@ class Worker:
         if self.current is None:
             return sentence
         # RabbitMQ 3.x counts every return towards the delivery limit, a Ctrl+C too.
-        returns, limit = self.current.attempts + 1, settings.NIGHTJAR_DELIVERY_LIMIT
+        returns, limit = self.current.attempts + 1, conf.NIGHTJAR_DELIVERY_LIMIT
         return (
             f"{sentence} It has gone back {returns} time(s); past {limit} returns {transport.name()} dead-letters it,"
             " and the next reconcile publishes it again (no failure was recorded)."
@@ -422,7 +421,7 @@ class Worker:
             return False
         self.consumer.ack(delivery.tag)
         self.say(
-            f"Parked {code}: its delivery failed {settings.NIGHTJAR_DELIVERY_LIMIT} times "
+            f"Parked {code}: its delivery failed {conf.NIGHTJAR_DELIVERY_LIMIT} times "
             "(the delivery limit); see `parked`."
         )
         return True
@@ -450,7 +449,7 @@ class Worker:
         """The loop is running: touch the health file (at most once a second)
         and rewrite this worker's report (every NIGHTJAR_WORKER_REPORT_SECONDS)."""
         now = time.monotonic()
-        every = settings.NIGHTJAR_WORKER_REPORT_SECONDS
+        every = conf.NIGHTJAR_WORKER_REPORT_SECONDS
         # Never inside the handler's transaction (a learner paused there): the row would wait for its commit.
         if every and now - self.last_report >= every and not connection.in_atomic_block:
             self.report()
@@ -474,7 +473,7 @@ class Worker:
 
     def report(self, *, stopped: bool = False) -> None:
         """What staff see in the workers table (never once per delivery)."""
-        if not settings.NIGHTJAR_WORKER_REPORT_SECONDS:
+        if not conf.NIGHTJAR_WORKER_REPORT_SECONDS:
             return
         starting, self.last_report = not self.last_report, time.monotonic()
         host, _, pid = self.name.rpartition(":")

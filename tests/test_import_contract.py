@@ -81,3 +81,28 @@ def test_relative_and_allowed_imports_pass():
     assert not violations("delivery", "delivery/worker.py", "from . import metrics\nfrom delivery import transport\n")
     assert not violations("delivery", "delivery/transport/amqp.py", "import pika\nimport pika.exceptions\n")
     assert not violations("tickets", "tickets/services.py", "from delivery import transport\n")
+
+
+def settings_read_outside_conf(path: str, source: str) -> list[str]:
+    """`settings.NAME` in an engine module other than delivery/conf.py."""
+    return [
+        f"{path}:{node.lineno} reads settings.{node.attr} (read it as delivery.conf.{node.attr})"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "settings"
+    ]
+
+
+def test_the_engine_reads_its_settings_in_one_place():
+    """Every engine setting has its default in delivery/conf.py and is read there."""
+    from delivery import conf
+
+    problems = [
+        problem
+        for app, path, source in app_sources()
+        if app == "delivery" and path != "delivery/conf.py"
+        for problem in settings_read_outside_conf(path, source)
+    ]
+    assert problems == []
+    assert settings_read_outside_conf("delivery/worker.py", "settings.NIGHTJAR_QUEUE\n")
+    for name, default in conf.DEFAULTS.items():
+        assert isinstance(getattr(conf, name), type(default)), name
