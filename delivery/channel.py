@@ -10,8 +10,9 @@ where its records live, and registers one instance at start-up:
         from tickets.channel import RegistrationsChannel
         channel.register(RegistrationsChannel())
 
-The worker, the `worker`, `reconcile` and `parked` commands, the metrics
-and the system checks call `channel.current()`; nothing else of the user.
+The worker, the recording of what it saw (delivery/recording.py), the
+`worker`, `reconcile` and `parked` commands, the metrics and the system
+checks call `channel.current()`; nothing else of the user.
 
 An intent is what the user stored before publishing (for tickets, a
 registration) and is named by an integer key. A message is the user's
@@ -84,32 +85,22 @@ class Channel:
         one transaction, then call ack_all(). Returns the keys done now."""
         raise NotImplementedError
 
-    # -- records: the user's models hold them (still written by the user's services) --
+    # -- records: the user's concrete models of delivery/records.py --
 
-    def record_rejection(self, *, delivery: Delivery, reason: str):
-        """Record a body that broke the contract, inside the caller's transaction;
-        None when this redelivery was recorded before."""
-        raise NotImplementedError
+    intent_model = None  # the model of the stored intents (Registration)
+    intent_field = ""  # the records' foreign key to it ("registration")
+    rejected_model = None  # subclasses of records.AbstractRejectedMessage,
+    failure_model = None  # AbstractDeliveryFailure,
+    redelivery_model = None  # AbstractRedelivery
+    worker_report_model = None  # and AbstractWorkerReport
 
-    def record_failure(self, *, delivery: Delivery, error: BaseException, worker: str) -> None:
-        """Note a failed attempt; best effort, never raises."""
+    def claimed_id(self, body: bytes) -> int | None:
+        """The intent key a body names, however broken the rest is. Never raises."""
         raise NotImplementedError
 
     def park_after_failures(self, *, delivery: Delivery) -> str | None:
         """Park the intent once its failures reach NIGHTJAR_DELIVERY_LIMIT and
         return its label (the caller acks after this commit); None otherwise."""
-        raise NotImplementedError
-
-    def record_lost_entry(self, *, entry: str, worker: str) -> None:
-        """A delivery the broker dropped unhandled; best effort."""
-        raise NotImplementedError
-
-    def record_redeliveries(self, *, deliveries: list[tuple[int | None, int]], worker: str) -> None:
-        """(intent key or None, delivery number) of redeliveries; best effort."""
-        raise NotImplementedError
-
-    def report_worker(self, *, name: str, fields: dict, stopped: bool, starting: bool) -> None:
-        """Write a worker's report row; best effort."""
         raise NotImplementedError
 
     # -- reconcile and parking (the `reconcile` and `parked` commands) --

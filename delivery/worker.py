@@ -17,7 +17,7 @@ from typing import TextIO
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from delivery import channel, conf, metrics, transport
+from delivery import channel, conf, metrics, recording, transport
 from delivery.checkpoints import Pause
 from delivery.codec import ContractError
 
@@ -246,7 +246,7 @@ class Worker:
         again = [delivery for delivery in deliveries if delivery.redelivered]
         if again:
             pairs = [(keys.get(d.tag), d.attempts + 1) for d in again]
-            self.channel.record_redeliveries(deliveries=pairs, worker=self.name)
+            recording.record_redeliveries(deliveries=pairs, worker=self.name)
 
     def ack_current(self, delivery: transport.Delivery) -> None:
         self.consumer.ack(delivery.tag, flush=self.flush_acks)
@@ -292,7 +292,7 @@ class Worker:
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
         with transaction.atomic():
-            record = self.channel.record_rejection(delivery=delivery, reason=reason)
+            record = recording.record_rejection(delivery=delivery, reason=reason)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
         metrics.REJECTED.inc()
@@ -403,7 +403,7 @@ class Worker:
             self.failed += 1
             self.connections_suspect = True
             metrics.FAILED.inc()
-            self.channel.record_failure(delivery=delivery, error=error, worker=self.name)
+            recording.record_failure(delivery=delivery, error=error, worker=self.name)
             if self.park_if_failed_too_often(delivery):
                 return []
             return [(delivery, error)]
@@ -431,7 +431,7 @@ class Worker:
         the terminal, one record for staff; reconcile republishes them."""
         while self.consumer.lost:
             entry = self.consumer.lost.pop(0)
-            self.channel.record_lost_entry(entry=entry, worker=self.name)
+            recording.record_lost_entry(entry=entry, worker=self.name)
             self.say(f"{transport.name()} entry {entry} was trimmed before it was handled; reconcile republishes it.")
 
     def reconcile(self) -> None:
@@ -489,7 +489,7 @@ class Worker:
             "handed_back": self.handed_back,
             "current": self.on[:100],
         }
-        self.channel.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
+        recording.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""

@@ -5,7 +5,15 @@ models or the services."""
 
 from delivery import channel
 from tickets import batch, contract, lab, services
-from tickets.models import ParkedDelivery, Registration, Ticket
+from tickets.models import (
+    DeliveryFailure,
+    ParkedDelivery,
+    Redelivery,
+    Registration,
+    RejectedMessage,
+    Ticket,
+    WorkerReport,
+)
 
 
 class RegistrationsChannel(channel.Channel):
@@ -14,7 +22,14 @@ class RegistrationsChannel(channel.Channel):
     label = staticmethod(contract.format_code)
     hinted_ids = staticmethod(contract.hinted_ids)
     check_stored = staticmethod(contract.check_stored)
+    claimed_id = staticmethod(contract.claimed_id)
     handler_help = lab.SAFE_HANDLER
+    intent_model = Registration
+    intent_field = "registration"
+    rejected_model = RejectedMessage
+    failure_model = DeliveryFailure
+    redelivery_model = Redelivery
+    worker_report_model = WorkerReport
 
     @staticmethod
     def intent_id(message: contract.Message) -> int:
@@ -40,24 +55,9 @@ class RegistrationsChannel(channel.Channel):
     def handle_batch(self, messages, rejections, ack_all, pause):
         return batch.handle_batch(messages, rejections, ack_all, pause)
 
-    def record_rejection(self, *, delivery, reason):
-        return services.record_rejection(delivery=delivery, reason=reason)
-
-    def record_failure(self, *, delivery, error, worker):
-        services.record_failure(delivery=delivery, error=error, worker=worker)
-
     def park_after_failures(self, *, delivery):
         registration = services.park_after_failures(delivery=delivery)
         return registration.code if registration is not None else None
-
-    def record_lost_entry(self, *, entry, worker):
-        services.record_lost_entry(entry=entry, worker=worker)
-
-    def record_redeliveries(self, *, deliveries, worker):
-        services.record_redeliveries(deliveries=deliveries, worker=worker)
-
-    def report_worker(self, *, name, fields, stopped, starting):
-        services.report_worker(name=name, fields=fields, stopped=stopped, starting=starting)
 
     def reconcile(self, **options):
         return services.reconcile_registrations(**options)
