@@ -91,16 +91,12 @@ class Channel:
     intent_field = ""  # the records' foreign key to it ("registration")
     rejected_model = None  # subclasses of records.AbstractRejectedMessage,
     failure_model = None  # AbstractDeliveryFailure,
-    redelivery_model = None  # AbstractRedelivery
+    redelivery_model = None  # AbstractRedelivery,
+    parked_model = None  # AbstractParkedDelivery
     worker_report_model = None  # and AbstractWorkerReport
 
     def claimed_id(self, body: bytes) -> int | None:
         """The intent key a body names, however broken the rest is. Never raises."""
-        raise NotImplementedError
-
-    def park_after_failures(self, *, delivery: Delivery) -> str | None:
-        """Park the intent once its failures reach NIGHTJAR_DELIVERY_LIMIT and
-        return its label (the caller acks after this commit); None otherwise."""
         raise NotImplementedError
 
     # -- reconcile and parking (the `reconcile` and `parked` commands) --

@@ -109,3 +109,52 @@ def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: b
             reports.objects.filter(last_seen__lt=forgotten).delete()
     except DatabaseError:
         logger.warning("Could not write the report of worker %s", name, exc_info=True)
+
+
+def park(intent, delivery: Delivery, reason: str, *, resolution: str = "", resolved_by: str = "", attempts=None):
+    """One parked record for an intent (inside the caller's transaction):
+    the reason, the attempts and an excerpt and hash of the body."""
+    user = channel.current()
+    return user.parked_model.objects.create(
+        reason=storable_text(reason, max_bytes=1200)[:300],
+        attempts=delivery.attempts if attempts is None else attempts,
+        body_excerpt=storable_text(delivery.body[:2048], max_bytes=2048),
+        body_sha256=hashlib.sha256(delivery.body).hexdigest(),
+        resolution=resolution,
+        resolved_by=resolved_by,
+        resolved_at=timezone.now() if resolution else None,
+        **{user.intent_field: intent},
+    )
+
+
+def park_after_failures(*, delivery: Delivery) -> str | None:
+    """The worker's own delivery limit, whatever the broker counts (RabbitMQ
+    4.3 counts only rejects, 3.10 every return, Redis its own counter): once
+    the failures recorded for an intent since it was last parked reach
+    NIGHTJAR_DELIVERY_LIMIT, park it for staff with the last error. Returns
+    the intent's label when it is parked (the caller acks the delivery only
+    after this commit), None otherwise (the delivery is handed back)."""
+    user = channel.current()
+    intent_id = user.claimed_id(delivery.body)
+    if not intent_id:
+        return None
+    mine = {user.intent_field: intent_id}
+    with transaction.atomic():
+        # Locked: two workers failing on two copies of it park it once.
+        intent = user.intent_model.objects.select_for_update().filter(pk=intent_id).first()
+        if intent is None:
+            return None
+        if user.parked_model.objects.holding().filter(**mine).exists():
+            return user.label(intent_id)  # a second copy of what is parked already
+        last_parked = user.parked_model.objects.filter(**mine).order_by("-parked").values_list("parked", flat=True)
+        last_parked = last_parked.first()
+        failures = user.failure_model.objects.filter(**mine)  # newest first
+        if last_parked is not None:
+            failures = failures.filter(at__gt=last_parked)
+        count = failures.count()
+        if count < conf.NIGHTJAR_DELIVERY_LIMIT:
+            return None
+        last = failures.first()
+        reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
+        park(intent, delivery, reason, attempts=count)
+    return user.label(intent_id)

@@ -409,11 +409,11 @@ class Worker:
             return [(delivery, error)]
 
     def park_if_failed_too_often(self, delivery: transport.Delivery) -> bool:
-        """Nightjar's own delivery limit (Channel.park_after_failures): the
+        """Nightjar's own delivery limit (recording.park_after_failures): the
         park is committed first, then the delivery acked. False when the
         limit is not reached, or the database cannot say (hand it back)."""
         try:
-            code = self.channel.park_after_failures(delivery=delivery)
+            code = recording.park_after_failures(delivery=delivery)
         except DatabaseError:
             logger.warning("Could not count the failed attempts; handing the delivery back", exc_info=True)
             return False

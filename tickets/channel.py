@@ -29,6 +29,7 @@ class RegistrationsChannel(channel.Channel):
     rejected_model = RejectedMessage
     failure_model = DeliveryFailure
     redelivery_model = Redelivery
+    parked_model = ParkedDelivery
     worker_report_model = WorkerReport
 
     @staticmethod
@@ -54,10 +55,6 @@ class RegistrationsChannel(channel.Channel):
 
     def handle_batch(self, messages, rejections, ack_all, pause):
         return batch.handle_batch(messages, rejections, ack_all, pause)
-
-    def park_after_failures(self, *, delivery):
-        registration = services.park_after_failures(delivery=delivery)
-        return registration.code if registration is not None else None
 
     def reconcile(self, **options):
         return services.reconcile_registrations(**options)

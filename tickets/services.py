@@ -6,7 +6,6 @@ publishes only after the commit.
 """
 
 import getpass
-import hashlib
 import logging
 import socket
 import time
@@ -19,10 +18,11 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from delivery import metrics, transport
+from delivery import metrics, recording, transport
 
 # What the worker records (rejections, failures, redeliveries, lost entries,
-# its report) is the engine's; importable from here as before.
+# its report) and its own delivery limit (recording.park_after_failures) are
+# the engine's; the records stay importable from here as before.
 from delivery.recording import (  # noqa: F401
     record_failure,
     record_lost_entry,
@@ -390,16 +390,9 @@ def _collect_one(delivery: transport.Delivery, report: CollectReport) -> Registr
     return None
 
 
-def _park(registration, delivery, reason: str, *, resolution: str = "", attempts: int | None = None) -> ParkedDelivery:
-    return ParkedDelivery.objects.create(
-        registration=registration,
-        reason=contract.storable_text(reason, max_bytes=1200)[:300],
-        attempts=delivery.attempts if attempts is None else attempts,
-        body_excerpt=contract.storable_text(delivery.body[:2048], max_bytes=2048),
-        body_sha256=hashlib.sha256(delivery.body).hexdigest(),
-        resolution=resolution,
-        resolved_by=SYSTEM_ACTOR if resolution else "",
-        resolved_at=timezone.now() if resolution else None,
+def _park(registration, delivery, reason: str, *, resolution: str = "") -> ParkedDelivery:
+    return recording.park(
+        registration, delivery, reason, resolution=resolution, resolved_by=SYSTEM_ACTOR if resolution else ""
     )
 
 
@@ -432,36 +425,6 @@ def discard_parked(*, code: str, actor: str) -> Registration:
         record_staff_action(
             actor=actor, action="discard", registration=registration, detail="Discarded a parked delivery."
         )
-    return registration
-
-
-def park_after_failures(*, delivery: transport.Delivery) -> Registration | None:
-    """The worker's own delivery limit, whatever the broker counts (RabbitMQ
-    4.3 counts only rejects, 3.10 every return, Redis its own counter): once
-    the failures recorded for a registration since it was last parked reach
-    NIGHTJAR_DELIVERY_LIMIT, park it for staff with the last error. Returns
-    the registration when it is parked (the caller acks the delivery only
-    after this commit), None otherwise (the delivery is handed back)."""
-    registration_id = contract.claimed_id(delivery.body)
-    if not registration_id:
-        return None
-    with transaction.atomic():
-        # Locked: two workers failing on two copies of it park it once.
-        registration = Registration.objects.select_for_update().filter(pk=registration_id).first()
-        if registration is None:
-            return None
-        if ParkedDelivery.objects.holding().filter(registration=registration).exists():
-            return registration  # a second copy of what is parked already
-        last_parked = registration.parked_deliveries.order_by("-parked").values_list("parked", flat=True).first()
-        failures = registration.delivery_failures.all()
-        if last_parked is not None:
-            failures = failures.filter(at__gt=last_parked)
-        count = failures.count()
-        if count < settings.NIGHTJAR_DELIVERY_LIMIT:
-            return None
-        last = failures.first()
-        reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
-        _park(registration, delivery, reason, attempts=count)
     return registration
 
 
