@@ -48,10 +48,7 @@ class RegistrationsChannel(channel.Channel):
         return lab.default_handler()
 
     def load_handler(self, spec):
-        try:
-            return lab.load_handler(spec)
-        except lab.HandlerError as error:
-            raise channel.HandlerError(str(error)) from None
+        return lab.load_handler(spec)  # lab.HandlerError is a channel.HandlerError
 
     def handle_batch(self, messages, rejections, ack_all, pause):
         return batch.handle_batch(messages, rejections, ack_all, pause)
@@ -62,17 +59,12 @@ class RegistrationsChannel(channel.Channel):
     def collect_dead_letters(self):
         return services.collect_dead_letters()
 
+    # services.NightjarError is a channel.DomainError: the commands exit 1 with its sentence.
     def requeue_parked(self, *, code, actor):
-        try:
-            return services.requeue_parked(code=code, actor=actor).code
-        except services.NightjarError as error:
-            raise channel.DomainError(str(error)) from None
+        return services.requeue_parked(code=code, actor=actor).code
 
     def discard_parked(self, *, code, actor):
-        try:
-            return services.discard_parked(code=code, actor=actor).code
-        except services.NightjarError as error:
-            raise channel.DomainError(str(error)) from None
+        return services.discard_parked(code=code, actor=actor).code
 
     def parked_lines(self):
         waiting = ParkedDelivery.objects.filter(resolution="").select_related("registration")

@@ -18,7 +18,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from delivery import metrics, recording, transport
+from delivery import channel, metrics, recording, transport
 
 # What the worker records (rejections, failures, redeliveries, lost entries,
 # its report) and its own delivery limit (recording.park_after_failures) are
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 DEMO_NAME = "Mina Patel"
 
 
-class NightjarError(Exception):
+class NightjarError(channel.DomainError):
     """A request that cannot be done; str() is the sentence to show a person."""
 
 

@@ -1,6 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from delivery import channel, transport
+from delivery import channel, exits
 
 
 class Command(BaseCommand):
@@ -21,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         action = options["action"] or "list"
         user = channel.current()
-        try:
+        with exits.exit_codes():
             if action == "collect":
                 self.collect()
             elif action == "requeue":
@@ -32,10 +32,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"Discarded {code}: it stays parked, without a ticket.")
             else:
                 self.show_list()
-        except channel.DomainError as error:
-            raise CommandError(str(error), returncode=1) from None
-        except transport.BrokerError as error:
-            raise CommandError(f"Stopped: {error}", returncode=3) from None
 
     def collect(self):
         report = channel.current().collect_dead_letters()
