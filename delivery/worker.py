@@ -97,7 +97,7 @@ class Worker:
         """Process one ready delivery (one batch in batch mode); False when
         nothing was ready. Raises the first error, after the rest of a batch
         was handled one by one (the failed deliveries stay unacked)."""
-        work = self.collect_batch() if self.batch else self.consumer.get()
+        work = self.collect_batch() if self.batch else self.one(self.consumer.get())
         self.record_lost()
         if not work:
             return False
@@ -331,7 +331,7 @@ class Worker:
                     for delivery in self.deliveries():
                         self.beat()
                         self.record_lost()
-                        if delivery:
+                        if delivery:  # a list: one delivery, or a batch
                             self.process_or_hand_back(delivery)
                         if self.reconcile_every and time.monotonic() - last_reconcile >= self.reconcile_every:
                             last_reconcile = time.monotonic()
@@ -354,16 +354,22 @@ class Worker:
             self.report(stopped=True)
         self.say(f"Stopped after {self.handled} deliveries.")
 
+    @staticmethod
+    def one(delivery: transport.Delivery | None) -> list[transport.Delivery]:
+        """A delivery as a batch of one (nothing as an empty one)."""
+        return [delivery] if delivery is not None else []
+
     def deliveries(self):
-        """Yield single deliveries, or lists of them in batch mode; a falsy
-        value now and then when idle, so the loop can look at its flags."""
+        """Yield lists: of one delivery, or a batch in batch mode; an empty
+        one now and then when idle, so the loop can look at its flags."""
         if not self.batch:
-            yield from self.consumer.consume(idle_seconds=0.5)
+            for delivery in self.consumer.consume(idle_seconds=0.5):
+                yield self.one(delivery)
             return
         while True:
             yield self.collect_batch(first_wait=0.5)
 
-    def process_or_hand_back(self, work: transport.Delivery | list[transport.Delivery]) -> None:
+    def process_or_hand_back(self, work: list[transport.Delivery]) -> None:
         """Service mode: what failed is handed back unacked after a pause, so
         a worker facing a locked database does not spin through redeliveries."""
         failed = self.try_process(work)
@@ -375,30 +381,33 @@ class Worker:
                 metrics.HANDED_BACK.inc()
 
     def try_process(
-        self, work: transport.Delivery | list[transport.Delivery]
+        self, work: list[transport.Delivery], *, one_by_one: bool = False
     ) -> list[tuple[transport.Delivery, Exception]]:
-        """Process a delivery or a batch; return what failed, with its error.
-        A failed batch is retried one delivery at a time, so one bad delivery
-        never takes its neighbours down with it. Broker errors propagate."""
+        """Process a batch (one delivery outside batch mode, and when a failed
+        batch is retried one delivery at a time, so one bad delivery never
+        takes its neighbours down with it); return what failed, with its
+        error. Broker errors propagate."""
+        batch = self.batch and not one_by_one
         try:
-            if isinstance(work, list):
+            if batch:
                 self.process_batch(work)
             else:
-                self.process(work)
+                (delivery,) = work  # outside batch mode, always a batch of one
+                self.process(delivery)  # through the per-delivery handler
             return []
         except (transport.BrokerError, BrokenPipeError):
             raise  # the broker, or the reader of our output (`worker | head`): not this delivery's failure
         except Exception as error:
-            if isinstance(work, list) and len(work) > 1:
+            if batch and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
                 # Each ack sent at once, for its own tag: a deferred multiple=True ack
                 # would also cover a failed neighbour not yet handed back.
                 flush, self.flush_acks = self.flush_acks, True
                 try:
-                    return [failure for delivery in work for failure in self.try_process(delivery)]
+                    return [failure for delivery in work for failure in self.try_process([delivery], one_by_one=True)]
                 finally:
                     self.flush_acks = flush
-            delivery = work[0] if isinstance(work, list) else work
+            delivery = work[0]
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
             self.connections_suspect = True
