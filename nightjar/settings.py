@@ -85,7 +85,7 @@ NIGHTJAR_LAB_DIR = Path(os.environ.get("NIGHTJAR_LAB_DIR") or BASE_DIR / "lab")
 # safe tickets.handler.handle, or in lab mode the learner's file once it exists.
 NIGHTJAR_HANDLER = os.environ.get("NIGHTJAR_HANDLER", "")
 
-# The broker; its scheme picks the transport (tickets/transport/). RABBITMQ_URL
+# The broker; its scheme picks the transport (delivery/transport/). RABBITMQ_URL
 # is read too. The default is the project-local node that bin/run starts.
 NIGHTJAR_BROKER_URL = (
     os.environ.get("NIGHTJAR_BROKER_URL") or os.environ.get("RABBITMQ_URL") or "amqp://guest:guest@127.0.0.1:5673/%2F"
@@ -281,7 +281,7 @@ MIDDLEWARE = ["nightjar.middleware.TrustedProxyHeaders", *MIDDLEWARE]
 # when the broker is a node on loopback as bin/rabbitmq-node starts them
 # (management on the AMQP port + 10000): never a guessed remote address.
 # RABBITMQ_MANAGEMENT_USER/_PASSWORD: a monitoring user of its own (default:
-# the AMQP user). Redirects are refused (tickets/transport/amqp.py).
+# the AMQP user). Redirects are refused (delivery/transport/amqp.py).
 if "RABBITMQ_MANAGEMENT_URL" not in os.environ:
     from urllib.parse import urlsplit as _urlsplit
 
