@@ -85,7 +85,9 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import Max, Min  # noqa: E402
 
-from tickets import contract, services, transport  # noqa: E402
+from delivery import transport  # noqa: E402
+from delivery.transport import amqp  # noqa: E402
+from tickets import contract, services  # noqa: E402
 from tickets.models import (  # noqa: E402
     Completion,
     DeliveryFailure,
@@ -96,7 +98,6 @@ from tickets.models import (  # noqa: E402
     StaffAction,
     Ticket,
 )
-from tickets.transport import amqp  # noqa: E402
 
 RUNS = 3
 RESULTS: dict[str, dict] = {}
@@ -388,7 +389,7 @@ def bench_desk(n: int) -> None:
     import threading
     import urllib.request
 
-    from tickets.worker import Worker
+    from delivery.worker import Worker
 
     say(f"The desk's cost (per-delivery worker, --prefetch 50, {n} deliveries)")
     port = free_port()

@@ -85,7 +85,7 @@ NIGHTJAR_LAB_DIR = Path(os.environ.get("NIGHTJAR_LAB_DIR") or BASE_DIR / "lab")
 # safe tickets.handler.handle, or in lab mode the learner's file once it exists.
 NIGHTJAR_HANDLER = os.environ.get("NIGHTJAR_HANDLER", "")
 
-# The broker; its scheme picks the transport (tickets/transport/). RABBITMQ_URL
+# The broker; its scheme picks the transport (delivery/transport/). RABBITMQ_URL
 # is read too. The default is the project-local node that bin/run starts.
 NIGHTJAR_BROKER_URL = (
     os.environ.get("NIGHTJAR_BROKER_URL") or os.environ.get("RABBITMQ_URL") or "amqp://guest:guest@127.0.0.1:5673/%2F"
@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "delivery",
     "tickets",
     "door",
 ]
@@ -236,6 +237,7 @@ LOGGING = {
     },
     "root": {"handlers": ["stdout"], "level": "WARNING"},
     "loggers": {
+        "delivery": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
         "tickets": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
         # pika logs every failed connection attempt with a traceback; broker.py
         # turns those into one sentence of its own, so only pika's worst gets through.
@@ -283,7 +285,7 @@ MIDDLEWARE = ["nightjar.middleware.TrustedProxyHeaders", *MIDDLEWARE]
 # when the broker is a node on loopback as bin/rabbitmq-node starts them
 # (management on the AMQP port + 10000): never a guessed remote address.
 # RABBITMQ_MANAGEMENT_USER/_PASSWORD: a monitoring user of its own (default:
-# the AMQP user). Redirects are refused (tickets/transport/amqp.py).
+# the AMQP user). Redirects are refused (delivery/transport/amqp.py).
 if "RABBITMQ_MANAGEMENT_URL" not in os.environ:
     from urllib.parse import urlsplit as _urlsplit
 

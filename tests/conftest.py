@@ -6,7 +6,7 @@ run the worker as a real process against the test database.
 Every test is in exactly one tier, by its module's `pytestmark` or its own
 decorator (`@pytest.mark.fast`); a test in none, or in two, is a collection error:
 - fast: no broker, no subprocess. The in-memory transport
-  (tickets/transport/memory.py) stands in for the broker; starting any
+  (delivery/transport/memory.py) stands in for the broker; starting any
   subprocess fails the test, and a fast test that asks for a broker fixture
   (rabbit, worker_env, workers, site) is a collection error. `bin/test --quick`.
 - broker: the real broker, started lazily by the first test that needs it;
@@ -38,10 +38,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from delivery import transport
+from delivery.transport import memory
 from tests.helpers import submission_key
 from tests.ports import free_port
-from tickets import transport
-from tickets.transport import memory
 
 ROOT = Path(__file__).resolve().parent.parent
 

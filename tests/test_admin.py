@@ -6,7 +6,8 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tickets import services, transport
+from delivery import transport
+from tickets import services
 from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,11 +22,12 @@ from urllib.parse import quote, urlsplit
 import pytest
 from django.db import connection
 
+from delivery import transport
 from tests import netns
 from tests.conftest import ROOT, Guest, Process, database_url
 from tests.helpers import until
 from tests.ports import free_cluster_port, free_port
-from tickets import services, transport
+from tickets import services
 from tickets.models import Registration, Ticket
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
@@ -347,6 +348,7 @@ def test_registrations_right_after_the_leader_is_killed_each_get_one_ticket(
     so they need not wait for reconcile. Printed, not asserted (timings
     belong in benchmarks); the assertion is one ticket each."""
     caplog.set_level("INFO", logger="tickets")
+    caplog.set_level("INFO", logger="delivery")
     timer = ["--reconcile-every", str(reconcile_every), "--older-than", "2"] if reconcile_every else []
     worker = workers.start("--serve", "--prefetch", "10", *timer)
     worker.wait_for("Serving")

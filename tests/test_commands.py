@@ -7,7 +7,8 @@ import socket
 import pytest
 from django.core.management import CommandError, call_command
 
-from tickets import services, transport
+from delivery import transport
+from tickets import services
 from tickets.models import Completion, Registration, StaffAction, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,8 +10,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from delivery import transport
 from tests.helpers import MODES, break_tickets_table, mend_tickets_table, register_by_form
-from tickets import services, transport
+from tickets import services
 from tickets.models import Completion, ParkedDelivery, Registration, RejectedMessage, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -194,9 +195,9 @@ def test_a_worker_reads_the_registrations_of_waiting_deliveries_at_once_and_stil
     another name, a repeat of the same registration, a row changed after it
     was read and a body that only looks like a message are each handled as
     if read alone."""
+    from delivery.worker import Worker
     from tickets import contract
     from tickets.handler import handle
-    from tickets.worker import Worker
 
     guests = [Registration.objects.create(name=f"Ahead Guest {i}") for i in range(30)]
     renamed = guests[20]

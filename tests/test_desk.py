@@ -18,12 +18,12 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from delivery.worker import Worker
 from tests.conftest import Guest, free_port, start_gunicorn
 from tests.helpers import until
 from tickets import services
 from tickets.handler import handle
 from tickets.models import Completion, DeliveryFailure, Redelivery, Registration, StaffAction, Ticket, WorkerReport
-from tickets.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

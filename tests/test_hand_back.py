@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from delivery.transport import amqp
+from delivery.worker import Worker
 from tickets import contract
 from tickets.models import Registration
-from tickets.transport import amqp
-from tickets.worker import Worker
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
 
@@ -96,7 +96,8 @@ def test_a_failed_batch_retried_one_by_one_never_acks_past_its_failed_delivery(m
     worker, channel = recording_worker(lambda *args: None, registration)
     worker.consumer._prefetch = 10
     worker.flush_acks = False  # service mode without checkpoints
-    monkeypatch.setattr("tickets.worker.RETRY_PAUSE", 0)
+    worker.batch = 3  # batch mode: the three come as one batch
+    monkeypatch.setattr("delivery.worker.RETRY_PAUSE", 0)
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     batch = [amqp.Delivery(body=body, tag=tag, redelivered=False, message_id="m", attempts=0) for tag in (1, 2, 3)]
 

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from delivery import transport
 from tests.helpers import MODES
-from tickets import contract, transport
+from tickets import contract
 from tickets.models import Registration, RejectedMessage, Ticket
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

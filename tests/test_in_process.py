@@ -1,5 +1,5 @@
 """The fast tier's own ground: the worker loop in this process on the
-in-memory transport (tickets/transport/memory.py), and the guards that keep
+in-memory transport (delivery/transport/memory.py), and the guards that keep
 the tier honest. Nothing here proves a delivery guarantee — each behaviour
 shown is proven on RabbitMQ and Redis with real worker processes by the
 broker tier: one ticket per registration published twice
@@ -14,12 +14,13 @@ import subprocess
 import pytest
 from django.db.models import Count
 
+from delivery import transport
+from delivery.transport import memory
+from delivery.worker import Worker
 from tests.helpers import break_tickets_table, mend_tickets_table
-from tickets import services, transport
+from tickets import services
 from tickets.handler import handle
 from tickets.models import Completion, Registration, RejectedMessage, Ticket
-from tickets.transport import memory
-from tickets.worker import Worker
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from delivery import transport
 from tests.conftest import ROOT
-from tickets import lab, services, transport
+from tickets import lab, services
 from tickets.models import Completion, Registration
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

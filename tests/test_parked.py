@@ -13,8 +13,9 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 
+from delivery import transport
 from tests.helpers import break_tickets_table, mend_tickets_table
-from tickets import contract, services, transport
+from tickets import contract, services
 from tickets.models import DeliveryFailure, ParkedDelivery, RejectedMessage, StaffAction
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

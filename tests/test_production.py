@@ -18,10 +18,10 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
+from delivery import transport
 from nightjar.logs import JsonFormatter, MaskSecrets, mask
 from tests.conftest import ROOT
 from tests.ports import free_port
-from tickets import transport
 from tickets.models import Completion, Registration, Ticket
 
 PRODUCTION_ENV = {

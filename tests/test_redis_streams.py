@@ -14,9 +14,10 @@ import time
 
 import pytest
 
+from delivery import transport
 from tests.conftest import ROOT
 from tests.ports import free_port
-from tickets import services, transport
+from tickets import services
 from tickets.models import DeliveryFailure, Registration
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
@@ -131,7 +132,7 @@ def test_every_acknowledged_xadd_survives_a_kill_9(redis_server):
     one per publisher, and harmless: the completion key absorbs a repeat)."""
     script = (
         "import sys\n"
-        "from tickets import transport\n"
+        "from delivery import transport\n"
         "for n in range(1_000_000):\n"
         "    try:\n"
         "        transport.publish(b'{}', message_id=f'{sys.argv[1]}-{n}')\n"

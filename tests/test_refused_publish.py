@@ -5,7 +5,8 @@ that backoff is for brokers that cannot be reached."""
 
 import pytest
 
-from tickets import services, transport
+from delivery import transport
+from tickets import services
 from tickets.models import Registration
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]

@@ -12,11 +12,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from delivery import transport
+from delivery.transport import Backoff, amqp
 from tests.conftest import ROOT, Guest
 from tests.ports import free_port
-from tickets import services, transport
+from tickets import services
 from tickets.models import Registration
-from tickets.transport import Backoff, amqp
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Generous: the deadline is 1 s; this bound only catches a wait with none.

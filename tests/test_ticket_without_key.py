@@ -13,8 +13,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from delivery import transport
 from tests.conftest import ROOT
-from tickets import contract, services, transport
+from tickets import contract, services
 from tickets.models import Completion, ParkedDelivery, Registration
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

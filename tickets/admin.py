@@ -13,7 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from tickets import charts, contract, services, transport
+from delivery import transport
+from tickets import charts, contract, services
 from tickets.models import (
     Completion,
     DeliveryFailure,

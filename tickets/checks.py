@@ -1,58 +1,7 @@
-"""System checks for Nightjar's own settings (`manage.py check [--deploy]`)."""
-
-from urllib.parse import urlsplit
+"""The ticket domain's system checks (the engine's are in delivery/checks.py)."""
 
 from django.conf import settings
 from django.core import checks
-
-from tickets import transport
-
-
-@checks.register()
-def broker_settings(app_configs, **kwargs):
-    errors = []
-    urls = [urlsplit(url) for url in settings.NIGHTJAR_BROKER_URL.split(";")]
-    if any(url.scheme not in transport.SCHEMES or not url.hostname for url in urls):
-        errors.append(
-            checks.Error(
-                "NIGHTJAR_BROKER_URL (or RABBITMQ_URL) is neither an AMQP nor a Redis URL.",
-                hint="Use amqp://user:password@host:5672/vhost (amqps:// for TLS) or redis://host:6379/0.",
-                id="nightjar.E001",
-            )
-        )
-    elif len(urls) > 1 and any(transport.SCHEMES[url.scheme] != "amqp" for url in urls):
-        errors.append(
-            checks.Error(
-                "NIGHTJAR_BROKER_URL lists several URLs, but only RabbitMQ takes a list of cluster nodes.",
-                hint="Give Redis one URL (redis://host:6379/0).",
-                id="nightjar.E004",
-            )
-        )
-    if not settings.NIGHTJAR_QUEUE.strip():
-        errors.append(
-            checks.Error("NIGHTJAR_QUEUE is empty.", hint="Leave it unset for the default.", id="nightjar.E002")
-        )
-    return errors
-
-
-@checks.register(deploy=True)
-def redis_is_durable(app_configs, **kwargs):
-    """On Redis, "published" must mean "on disk": asks the server (deploy checks only)."""
-    try:
-        if transport.kind() != "redis_streams":
-            return []
-        problems = transport.backend().durability_problems()
-    except transport.BrokerError as error:
-        return [checks.Warning(f"Could not ask Redis how it stores data: {error}", id="nightjar.W002")]
-    if not problems:
-        return []
-    return [
-        checks.Error(
-            f"Redis would acknowledge XADDs it may lose: {'; '.join(problems)}.",
-            hint="Run redis-server with appendonly yes and appendfsync always (bin/redis-node does).",
-            id="nightjar.E003",
-        )
-    ]
 
 
 @checks.register(checks.Tags.security, deploy=True)
@@ -66,31 +15,3 @@ def lab_mode_off_in_production(app_configs, **kwargs):
             )
         ]
     return []
-
-
-@checks.register(deploy=True)
-def management_api_over_plain_http(app_configs, **kwargs):
-    """The management API gets the broker's credentials as HTTP Basic: over
-    plain HTTP that is readable on every network between here and there."""
-    from ipaddress import ip_address
-
-    def remote(host: str) -> bool:
-        try:
-            return not ip_address(host).is_loopback
-        except ValueError:
-            return host != "localhost"
-
-    plain = [
-        url.strip()
-        for url in settings.RABBITMQ_MANAGEMENT_URL.split(";")
-        if urlsplit(url.strip()).scheme == "http" and remote(urlsplit(url.strip()).hostname or "")
-    ]
-    if not plain:
-        return []
-    return [
-        checks.Warning(
-            "RABBITMQ_MANAGEMENT_URL sends the broker's credentials over plain HTTP to another machine.",
-            hint="Use https:// for the management API, or leave RABBITMQ_MANAGEMENT_URL unset.",
-            id="nightjar.W003",
-        )
-    ]

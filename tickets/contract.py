@@ -11,6 +11,10 @@ import re
 import unicodedata
 from typing import NamedTuple
 
+# The generic half (strict JSON, size limit, storable text) is the engine's;
+# contract.ContractError and contract.storable_text stay importable from here.
+from delivery.codec import ContractError, check_size, load_json, storable_text  # noqa: F401
+
 VERSION = 1
 MAX_NAME_LENGTH = 100
 # NFC can make a name up to three times longer in code points; the columns hold that.
@@ -27,10 +31,6 @@ FREE_CODE_POINTS_PER_CLUSTER = 7
 MAX_BODY_BYTES = 4096
 KEYS = frozenset({"v", "id", "name"})
 CODE_PATTERN = re.compile(r"R-(\d{4,12})")
-
-
-class ContractError(ValueError):
-    """A value breaks the contract; the message is a sentence for a person."""
 
 
 def format_code(registration_id: int) -> str:
@@ -154,36 +154,6 @@ def encode(*, registration_id: int, name: str) -> bytes:
     return body
 
 
-def _reject_duplicate_keys(pairs):
-    keys = [key for key, _ in pairs]
-    if len(keys) != len(set(keys)):
-        raise ContractError("The body repeats a key.")
-    return dict(pairs)
-
-
-def _refuse_constant(name):
-    raise ContractError(f"The body is not valid JSON ({name} is not a JSON number).")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_reject_duplicate_keys, parse_constant=_refuse_constant)
-
-
-def _load(body: bytes):
-    """Parse JSON strictly (no NaN, no repeated keys). Raises ContractError,
-    whatever the bytes: a decoder that fails in another way (RecursionError on
-    deep nesting, say) must not turn a poison body into a failing delivery."""
-    try:
-        return _DECODER.decode(body.decode("utf-8"))
-    except ContractError:
-        raise
-    except UnicodeDecodeError:
-        raise ContractError("The body is not UTF-8 text.") from None
-    except ValueError as error:
-        raise ContractError(f"The body is not valid JSON ({error}).") from None
-    except Exception as error:
-        raise ContractError(f"The body could not be read as JSON ({type(error).__name__}).") from None
-
-
 def decode(body: bytes) -> Message:
     """Validate a delivery body and return its Message, or raise ContractError.
     Total: any other exception would make a poison body look like a failure."""
@@ -204,8 +174,7 @@ CANONICAL_BODY = re.compile(r'\{"id":"(R-\d{4,12})","name":"([^"\\\x00-\x1f]*)",
 
 
 def _decode(body: bytes) -> Message:
-    if len(body) > MAX_BODY_BYTES:
-        raise ContractError(f"The body is {len(body)} bytes; the limit is {MAX_BODY_BYTES}.")
+    check_size(body, max_bytes=MAX_BODY_BYTES)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -213,7 +182,7 @@ def _decode(body: bytes) -> Message:
     canonical = CANONICAL_BODY.fullmatch(text)
     if canonical is not None:
         return _message(*canonical.groups())
-    data = _load(body)
+    data = load_json(body)
     if not isinstance(data, dict):
         raise ContractError("The body must be a JSON object.")
     if set(data) != KEYS:
@@ -251,7 +220,7 @@ def claimed_id(body: bytes) -> int | None:
     if len(body) > MAX_BODY_BYTES:
         return None
     try:
-        data = _load(body)
+        data = load_json(body)
         return parse_code(data.get("id")) if isinstance(data, dict) else None
     except Exception:
         return None
@@ -270,12 +239,3 @@ def hinted_ids(bodies: list[bytes]) -> set[int]:
         if match:
             ids.add(int(match.group(1)))
     return ids
-
-
-def storable_text(value: str | bytes, *, max_bytes: int) -> str:
-    """Text every database stores, at most max_bytes of UTF-8: invalid UTF-8
-    becomes U+FFFD, lone surrogates and NUL (which PostgreSQL's text refuses)
-    become visible escapes."""
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-    return text.encode()[:max_bytes].decode("utf-8", "ignore")

@@ -15,6 +15,8 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from delivery import channel, exits
+
 SAFE_HANDLER = "tickets.handler.handle"
 START_FILE = Path(__file__).resolve().parent / "lab_files" / "start_handler.py"
 # Each step's handler as a complete file (docs/lab.md shows the same text):
@@ -40,11 +42,11 @@ STEP_DATA = {
 LESSON_GUESTS = ["Normal guest", "Retry guest", "Same name", "Same name"]
 
 
-class HandlerError(Exception):
+class HandlerError(channel.HandlerError):
     """The handler cannot be loaded; str() is a short sentence naming the line."""
 
 
-class LabModeOff(Exception):
+class LabModeOff(exits.UsageError):
     pass
 
 

@@ -8,6 +8,7 @@ import secrets
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.utils import timezone
 
+from delivery import records
 from tickets.contract import MAX_NAME_CODE_POINTS, format_code
 
 
@@ -221,31 +222,14 @@ class Completion(models.Model):
         return f"completion {format_code(self.registration_id)}"
 
 
-class RejectedMessage(models.Model):
+class RejectedMessage(records.AbstractRejectedMessage):
     """A delivery that broke the contract or did not match its registration.
     Recorded (and only then acked) so that nothing is silently dropped."""
 
-    MAX_REASON = 300
-    MAX_EXCERPT = 8192
-
-    reason = models.CharField(max_length=MAX_REASON)
-    body_excerpt = models.TextField(blank=True)
-    # Identifies a redelivery of the same poison body, so it is recorded once.
-    body_sha256 = models.CharField(max_length=64, db_index=True)
-    body_size = models.PositiveIntegerField()
     # Set when the body names a registration that exists (admin shows it there).
     registration = models.ForeignKey(
         Registration, null=True, blank=True, on_delete=models.SET_NULL, related_name="rejected_messages"
     )
-    message_id = models.CharField(max_length=200, blank=True)
-    redelivered = models.BooleanField(default=False)
-    received = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["-received", "-id"]
-
-    def __str__(self) -> str:
-        return f"rejected #{self.pk}: {self.reason[:60]}"
 
 
 class StaffAction(models.Model):
@@ -268,64 +252,31 @@ class StaffAction(models.Model):
         return f"{self.actor}: {self.action} {self.registration.code if self.registration_id else ''}".strip()
 
 
-class DeliveryFailure(models.Model):
+class DeliveryFailure(records.AbstractDeliveryFailure):
     """One attempt the worker could not finish (the error was logged and the
     delivery handed back). Parking names the last one as its reason."""
 
     registration = models.ForeignKey(
         Registration, null=True, blank=True, on_delete=models.SET_NULL, related_name="delivery_failures"
     )
-    worker = models.CharField(max_length=100)
-    error = models.CharField(max_length=300)
-    at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["-at", "-id"]
-
-    def __str__(self) -> str:
-        return f"failure {self.at:%Y-%m-%d %H:%M:%S} {self.error[:60]}"
 
 
-class ParkedManager(models.Manager):
-    def holding(self):
-        """What keeps a registration parked: waiting for staff, or discarded by them."""
-        return self.exclude(resolution=ParkedDelivery.REQUEUED)
-
-
-class ParkedDelivery(models.Model):
+class ParkedDelivery(records.AbstractParkedDelivery):
     """A delivery that used up its delivery limit — the worker counted its
     failures to NIGHTJAR_DELIVERY_LIMIT, or the broker's backstop moved it to
     `<queue>.dead` and reconcile collected it — held in the database for a
     person: requeue or discard. Reconcile leaves a parked registration alone."""
 
-    REQUEUED = "requeued"
-    DISCARDED = "discarded"
-    RESOLUTIONS = [("", "waiting for staff"), (REQUEUED, "requeued"), (DISCARDED, "discarded")]
-
     registration = models.ForeignKey(
         Registration, null=True, blank=True, on_delete=models.PROTECT, related_name="parked_deliveries"
     )
-    reason = models.CharField(max_length=300)
-    attempts = models.PositiveIntegerField(default=0)
-    body_excerpt = models.TextField(blank=True)
-    body_sha256 = models.CharField(max_length=64)
-    parked = models.DateTimeField(default=timezone.now)
-    resolution = models.CharField(max_length=20, choices=RESOLUTIONS, blank=True)
-    resolved_by = models.CharField(max_length=150, blank=True)
-    resolved_at = models.DateTimeField(null=True, blank=True)
-
-    objects = ParkedManager()
-
-    class Meta:
-        ordering = ["-parked", "-id"]
-        verbose_name_plural = "parked deliveries"
 
     def __str__(self) -> str:
         code = self.registration.code if self.registration_id else "no registration"
         return f"parked {code}: {self.reason[:60]}"
 
 
-class Redelivery(models.Model):
+class Redelivery(records.AbstractRedelivery):
     """A delivery the broker had sent before (a worker died, failed or was
     stopped with it unacknowledged). Written by the worker for redeliveries
     only, a batch's in one statement: a normal delivery writes nothing here."""
@@ -333,46 +284,7 @@ class Redelivery(models.Model):
     registration = models.ForeignKey(
         Registration, null=True, blank=True, on_delete=models.SET_NULL, related_name="redeliveries"
     )
-    worker = models.CharField(max_length=100)
-    # The broker's count: 2 is the second delivery of the same message.
-    delivery = models.PositiveIntegerField()
-    at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        verbose_name_plural = "redeliveries"
-
-    def __str__(self) -> str:
-        return f"redelivery {self.delivery} to {self.worker}"
 
 
-class WorkerReport(models.Model):
-    """What a running worker says about itself, rewritten every few seconds
-    (NIGHTJAR_WORKER_REPORT_SECONDS), never once per delivery. A worker that
-    stops saying anything is shown as gone; its row stays for staff."""
-
-    name = models.CharField(max_length=100, unique=True)  # host:pid
-    host = models.CharField(max_length=100)
-    pid = models.PositiveIntegerField()
-    transport = models.CharField(max_length=20)
-    mode = models.CharField(max_length=100)
-    started = models.DateTimeField()
-    last_seen = models.DateTimeField(db_index=True)
-    stopped = models.DateTimeField(null=True, blank=True)  # a clean exit
-    handled = models.PositiveBigIntegerField(default=0)
-    rejected = models.PositiveBigIntegerField(default=0)
-    failed = models.PositiveBigIntegerField(default=0)
-    handed_back = models.PositiveBigIntegerField(default=0)
-    current = models.CharField(max_length=100, blank=True)  # the registration or batch it is on
-
-    class Meta:
-        ordering = ["-last_seen", "-id"]
-
-    def __str__(self) -> str:
-        return f"worker {self.name}"
-
-    def state(self, now=None, gone_after: float = 30) -> str:
-        if self.stopped is not None:
-            return "stopped"
-        now = now or timezone.now()
-        return "gone" if (now - self.last_seen).total_seconds() > gone_after else "running"
+class WorkerReport(records.AbstractWorkerReport):
+    """What a running worker says about itself (delivery/records.py)."""

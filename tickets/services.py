@@ -6,7 +6,6 @@ publishes only after the commit.
 """
 
 import getpass
-import hashlib
 import logging
 import socket
 import time
@@ -19,7 +18,19 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from tickets import contract, metrics, transport
+from delivery import channel, metrics, recording, transport
+
+# What the worker records (rejections, failures, redeliveries, lost entries,
+# its report) and its own delivery limit (recording.park_after_failures) are
+# the engine's; the records stay importable from here as before.
+from delivery.recording import (  # noqa: F401
+    record_failure,
+    record_lost_entry,
+    record_redeliveries,
+    record_rejection,
+    report_worker,
+)
+from tickets import contract
 from tickets.models import (
     Completion,
     DeliveryFailure,
@@ -37,7 +48,7 @@ logger = logging.getLogger(__name__)
 DEMO_NAME = "Mina Patel"
 
 
-class NightjarError(Exception):
+class NightjarError(channel.DomainError):
     """A request that cannot be done; str() is the sentence to show a person."""
 
 
@@ -379,16 +390,9 @@ def _collect_one(delivery: transport.Delivery, report: CollectReport) -> Registr
     return None
 
 
-def _park(registration, delivery, reason: str, *, resolution: str = "", attempts: int | None = None) -> ParkedDelivery:
-    return ParkedDelivery.objects.create(
-        registration=registration,
-        reason=contract.storable_text(reason, max_bytes=1200)[:300],
-        attempts=delivery.attempts if attempts is None else attempts,
-        body_excerpt=contract.storable_text(delivery.body[:2048], max_bytes=2048),
-        body_sha256=hashlib.sha256(delivery.body).hexdigest(),
-        resolution=resolution,
-        resolved_by=SYSTEM_ACTOR if resolution else "",
-        resolved_at=timezone.now() if resolution else None,
+def _park(registration, delivery, reason: str, *, resolution: str = "") -> ParkedDelivery:
+    return recording.park(
+        registration, delivery, reason, resolution=resolution, resolved_by=SYSTEM_ACTOR if resolution else ""
     )
 
 
@@ -422,65 +426,6 @@ def discard_parked(*, code: str, actor: str) -> Registration:
             actor=actor, action="discard", registration=registration, detail="Discarded a parked delivery."
         )
     return registration
-
-
-def record_failure(*, delivery: transport.Delivery, error: BaseException, worker: str) -> None:
-    """Note a failed attempt (best effort: the database may be what failed)."""
-    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    try:
-        with transaction.atomic():
-            DeliveryFailure.objects.create(
-                registration=Registration.objects.filter(pk=contract.claimed_id(delivery.body) or 0).first(),
-                worker=worker[:100],
-                error=contract.storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300],
-            )
-    except Exception:
-        logger.warning("Could not record the failed attempt (the database may be what failed)", exc_info=True)
-
-
-def park_after_failures(*, delivery: transport.Delivery) -> Registration | None:
-    """The worker's own delivery limit, whatever the broker counts (RabbitMQ
-    4.3 counts only rejects, 3.10 every return, Redis its own counter): once
-    the failures recorded for a registration since it was last parked reach
-    NIGHTJAR_DELIVERY_LIMIT, park it for staff with the last error. Returns
-    the registration when it is parked (the caller acks the delivery only
-    after this commit), None otherwise (the delivery is handed back)."""
-    registration_id = contract.claimed_id(delivery.body)
-    if not registration_id:
-        return None
-    with transaction.atomic():
-        # Locked: two workers failing on two copies of it park it once.
-        registration = Registration.objects.select_for_update().filter(pk=registration_id).first()
-        if registration is None:
-            return None
-        if ParkedDelivery.objects.holding().filter(registration=registration).exists():
-            return registration  # a second copy of what is parked already
-        last_parked = registration.parked_deliveries.order_by("-parked").values_list("parked", flat=True).first()
-        failures = registration.delivery_failures.all()
-        if last_parked is not None:
-            failures = failures.filter(at__gt=last_parked)
-        count = failures.count()
-        if count < settings.NIGHTJAR_DELIVERY_LIMIT:
-            return None
-        last = failures.first()
-        reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
-        _park(registration, delivery, reason, attempts=count)
-    return registration
-
-
-def record_lost_entry(*, entry: str, worker: str) -> None:
-    """A delivery the broker dropped before it was handled (a Redis entry
-    trimmed while pending): its body is gone, so which registration it was is
-    unknown; reconcile republishes whatever has no ticket. Staff see it with
-    the failed attempts (best effort, like them)."""
-    try:
-        DeliveryFailure.objects.create(
-            registration=None,
-            worker=worker[:100],
-            error=f"Entry {entry} of {transport.queue_name()} was trimmed before it was handled"[:300],
-        )
-    except Exception:
-        logger.warning("Could not record the trimmed entry %s", entry, exc_info=True)
 
 
 @dataclass
@@ -603,28 +548,6 @@ def dependency_health() -> dict[str, str]:
     return checks
 
 
-def record_rejection(*, delivery: transport.Delivery, reason: str) -> RejectedMessage | None:
-    """Record a delivery that broke the contract. Total: whatever the bytes,
-    the row is storable (excerpt and message id escaped, size and hash of the
-    raw body kept). A redelivery of a body that is already recorded is not
-    recorded again (returns None)."""
-    digest = hashlib.sha256(delivery.body).hexdigest()
-    if delivery.redelivered and RejectedMessage.objects.filter(body_sha256=digest).exists():
-        return None
-    claimed = contract.claimed_id(delivery.body)
-    return RejectedMessage.objects.create(
-        reason=contract.storable_text(reason, max_bytes=4 * RejectedMessage.MAX_REASON)[: RejectedMessage.MAX_REASON],
-        body_excerpt=contract.storable_text(
-            delivery.body[: RejectedMessage.MAX_EXCERPT], max_bytes=RejectedMessage.MAX_EXCERPT
-        ),
-        body_sha256=digest,
-        body_size=len(delivery.body),
-        registration=Registration.objects.filter(pk=claimed).first() if claimed else None,
-        message_id=contract.storable_text(delivery.message_id, max_bytes=200)[:200],
-        redelivered=delivery.redelivered,
-    )
-
-
 def seed_demo() -> tuple[Registration, bool]:
     """Mina Patel, R-0001, with her ticket. Returns (registration, created);
     running it again changes nothing."""
@@ -726,21 +649,6 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
 # history, and activity over time from the database's own timestamps.
 
 
-def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: bool = False) -> None:
-    """Write a worker's row (best effort: a worker never stops for its report).
-    A worker starting also deletes the rows of workers not seen for
-    NIGHTJAR_WORKER_REPORT_DAYS: every process leaves one, restarts add up."""
-    now = timezone.now()
-    defaults = {**fields, "last_seen": now, "stopped": now if stopped else None}
-    try:
-        WorkerReport.objects.update_or_create(name=name[:100], defaults=defaults)
-        if starting and settings.NIGHTJAR_WORKER_REPORT_DAYS:
-            forgotten = now - timedelta(days=settings.NIGHTJAR_WORKER_REPORT_DAYS)
-            WorkerReport.objects.filter(last_seen__lt=forgotten).delete()
-    except DatabaseError:
-        logger.warning("Could not write the report of worker %s", name, exc_info=True)
-
-
 def worker_counts(*, within: timedelta = timedelta(days=1)) -> dict[str, int]:
     """How many workers seen lately are running, gone or stopped."""
     now = timezone.now()
@@ -763,21 +671,6 @@ def worker_reports(*, within: timedelta = timedelta(days=1), limit: int = 50) ->
         row.seen_seconds_ago = max(0, round((now - row.last_seen).total_seconds()))
     order = {"running": 0, "gone": 1, "stopped": 2}
     return sorted(rows, key=lambda row: order[row.state_now])
-
-
-def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str) -> None:
-    """(registration_id, delivery number) of deliveries the broker sent before.
-    Best effort, one statement; the registration may be unknown (rejected)."""
-    if not deliveries:
-        return
-    known = set(Registration.objects.filter(pk__in={pk for pk, _ in deliveries if pk}).values_list("pk", flat=True))
-    try:
-        Redelivery.objects.bulk_create(
-            Redelivery(registration_id=pk if pk in known else None, worker=worker[:100], delivery=number)
-            for pk, number in deliveries
-        )
-    except DatabaseError:
-        logger.warning("Could not record %d redeliveries", len(deliveries), exc_info=True)
 
 
 @dataclass

@@ -20,7 +20,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 
-from tickets import lab, services, transport
+from delivery import transport
+from tickets import lab, services
 from tickets.models import Completion
 
 ROOT = Path(settings.BASE_DIR)

@@ -14,7 +14,8 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from tickets import metrics, pdf, services
+from delivery import metrics
+from tickets import pdf, services
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
 

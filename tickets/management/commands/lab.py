@@ -2,7 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import lab, services, transport
+from delivery import exits
+from tickets import lab, services
 
 
 class Command(BaseCommand):
@@ -29,13 +30,9 @@ class Command(BaseCommand):
         reset.add_argument("--yes", action="store_true", help="Do not ask.")
 
     def handle(self, *args, **options):
-        try:
+        with exits.exit_codes():
             lab.require_lab_mode()
             getattr(self, f"do_{options['action']}")(options)
-        except (lab.LabModeOff, lab.HandlerError) as error:
-            raise CommandError(str(error), returncode=2) from None
-        except transport.BrokerError as error:
-            raise CommandError(f"Stopped: {error}", returncode=3) from None
 
     def do_start(self, options):
         step = options["step"]

@@ -1,5 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
+from delivery import exits
 from tickets import services
 
 
@@ -11,15 +12,13 @@ class Command(BaseCommand):
         parser.add_argument("--apply", action="store_true", help="Apply the plan (otherwise nothing changes).")
 
     def handle(self, *args, **options):
-        try:
+        with exits.exit_codes():
             if options["apply"]:
                 plan = services.repair_registration(
                     code=options["code"], actor=services.command_line_actor("repair --apply")
                 )
             else:
                 plan = services.plan_repair(code=options["code"])
-        except services.NightjarError as error:
-            raise CommandError(str(error), returncode=1) from None
         for line in plan.lines():
             self.stdout.write(line)
         if plan.applied:

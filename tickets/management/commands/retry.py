@@ -1,6 +1,7 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from tickets import services, transport
+from delivery import exits
+from tickets import services
 
 
 class Command(BaseCommand):
@@ -10,10 +11,6 @@ class Command(BaseCommand):
         parser.add_argument("code", help="Registration ID, e.g. R-0003.")
 
     def handle(self, *args, **options):
-        try:
+        with exits.exit_codes(broker="Not published: "):
             registration = services.retry_registration(code=options["code"], actor=services.command_line_actor("retry"))
-        except services.NightjarError as error:
-            raise CommandError(str(error), returncode=1) from None
-        except transport.BrokerError as error:
-            raise CommandError(f"Not published: {error}", returncode=3) from None
         self.stdout.write(f"Published a new delivery of {registration.code} ({registration.name}).")

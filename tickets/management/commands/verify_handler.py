@@ -4,7 +4,8 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import lab, transport, verify
+from delivery import exits
+from tickets import lab, verify
 
 
 class Command(BaseCommand):
@@ -22,10 +23,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         handler = options["handler"] or lab.default_handler()
-        try:
+        with exits.exit_codes():
             lab.load_handler(handler)
-        except lab.HandlerError as error:
-            raise CommandError(str(error), returncode=2) from None
         if options["inside"]:
             self.run_scenarios(handler)
             return
@@ -40,9 +39,8 @@ class Command(BaseCommand):
         if "nightjar-verify-" not in database or not settings.NIGHTJAR_QUEUE.startswith("nightjar.verify-"):
             raise CommandError("--inside runs only on verify_handler's disposable database and queue.", returncode=2)
         try:
-            ok = verify.Scenarios(handler, say=self.stdout.write).run_all()
-        except transport.BrokerError as error:
-            raise CommandError(str(error), returncode=3) from None
+            with exits.exit_codes(broker=""):
+                ok = verify.Scenarios(handler, say=self.stdout.write).run_all()
         finally:
             os.remove(database)
         if not ok:

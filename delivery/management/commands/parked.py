@@ -1,7 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from tickets import services, transport
-from tickets.models import ParkedDelivery
+from delivery import channel, exits
 
 
 class Command(BaseCommand):
@@ -21,28 +20,21 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         action = options["action"] or "list"
-        try:
+        user = channel.current()
+        with exits.exit_codes():
             if action == "collect":
                 self.collect()
             elif action == "requeue":
-                registration = services.requeue_parked(
-                    code=options["code"], actor=services.command_line_actor("parked requeue")
-                )
-                self.stdout.write(f"Requeued {registration.code}: it is pending again and is being published.")
+                code = user.requeue_parked(code=options["code"], actor=user.actor("parked requeue"))
+                self.stdout.write(f"Requeued {code}: it is pending again and is being published.")
             elif action == "discard":
-                registration = services.discard_parked(
-                    code=options["code"], actor=services.command_line_actor("parked discard")
-                )
-                self.stdout.write(f"Discarded {registration.code}: it stays parked, without a ticket.")
+                code = user.discard_parked(code=options["code"], actor=user.actor("parked discard"))
+                self.stdout.write(f"Discarded {code}: it stays parked, without a ticket.")
             else:
                 self.show_list()
-        except services.NightjarError as error:
-            raise CommandError(str(error), returncode=1) from None
-        except transport.BrokerError as error:
-            raise CommandError(f"Stopped: {error}", returncode=3) from None
 
     def collect(self):
-        report = services.collect_dead_letters()
+        report = channel.current().collect_dead_letters()
         for code in report.parked:
             self.stdout.write(f"Parked {code}")
         for code in report.requeued:
@@ -54,10 +46,7 @@ class Command(BaseCommand):
         )
 
     def show_list(self):
-        waiting = ParkedDelivery.objects.filter(resolution="").select_related("registration")
-        for parked in waiting:
-            code = parked.registration.code if parked.registration else "(no registration)"
-            self.stdout.write(
-                f"{code}  parked {parked.parked:%Y-%m-%d %H:%M:%S}  after {parked.attempts} deliveries  {parked.reason}"
-            )
+        waiting = channel.current().parked_lines()
+        for line in waiting:
+            self.stdout.write(line)
         self.stdout.write(f"{len(waiting)} parked deliveries wait for staff.")

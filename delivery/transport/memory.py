@@ -16,9 +16,8 @@ import itertools
 import threading
 import time
 
-from django.conf import settings
-
-from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, queue_name
+from delivery import conf
+from delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, queue_name
 
 _lock = threading.Condition()
 _tags = itertools.count(1)
@@ -94,7 +93,7 @@ class Consumer:
         source = self._queue.dead if dead else self._queue.ready
         while source:
             delivery = source.popleft()
-            if not dead and delivery.attempts > settings.NIGHTJAR_DELIVERY_LIMIT:
+            if not dead and delivery.attempts > conf.NIGHTJAR_DELIVERY_LIMIT:
                 self._queue.dead.append(delivery)
                 continue
             handed = delivery._replace(tag=next(_tags))

@@ -14,14 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from tickets import contract, metrics, services, transport
-from tickets.batch import handle_batch
-from tickets.checkpoints import Pause
-from tickets.models import Registration, Ticket
+from delivery import channel, conf, metrics, recording, transport
+from delivery.checkpoints import Pause
+from delivery.codec import ContractError
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +44,7 @@ class Worker:
         health_file: str | None = None,
     ) -> None:
         self.handler = handler
+        self.channel = channel.current()  # what the bodies mean, where records go
         self.batch = batch
         self.batch_seconds = batch_ms / 1000
         self.pause = pause
@@ -98,7 +97,7 @@ class Worker:
         """Process one ready delivery (one batch in batch mode); False when
         nothing was ready. Raises the first error, after the rest of a batch
         was handled one by one (the failed deliveries stay unacked)."""
-        work = self.collect_batch() if self.batch else self.consumer.get()
+        work = self.collect_batch() if self.batch else self.one(self.consumer.get())
         self.record_lost()
         if not work:
             return False
@@ -139,36 +138,38 @@ class Worker:
         Raises on a database error, leaving the whole batch unacked."""
         self.check_connections()
         started = time.perf_counter()
+        user = self.channel
         messages, rejections = [], []
         decoded = {}
         for delivery in deliveries:
             try:
-                decoded[delivery.tag] = contract.decode(delivery.body)
-            except contract.ContractError as error:
+                decoded[delivery.tag] = user.decode(delivery.body)
+            except ContractError as error:
                 rejections.append((delivery, str(error)))
         received = []
-        ids = {message.registration_id for message in decoded.values()}
-        stored = Registration.objects.stored(ids)
-        self.note_redeliveries(deliveries, decoded)
+        keys = {tag: user.intent_id(message) for tag, message in decoded.items()}
+        ids = set(keys.values())
+        stored = user.stored(ids)
+        self.note_redeliveries(deliveries, keys)
         for delivery in deliveries:
             message = decoded.get(delivery.tag)
             if message is None:
                 continue
             try:
-                contract.check_stored(message, stored.get(message.registration_id, (None,))[0])
-            except contract.ContractError as error:
+                user.check_stored(message, stored.get(keys[delivery.tag], (None,))[0])
+            except ContractError as error:
                 rejections.append((delivery, str(error)))
                 continue
             messages.append(message)
-            received.append(f"Received {message.code} redelivered={delivery.redelivered}")
+            received.append(f"Received {user.label(keys[delivery.tag])} redelivered={delivery.redelivered}")
         if received:
             self.say("\n".join(received))  # one write for the batch
         if messages:
             first, last = min(ids), max(ids)
-            self.on = f"batch of {len(deliveries)}, {contract.format_code(first)}–{contract.format_code(last)}"
+            self.on = f"batch of {len(deliveries)}, {user.label(first)}–{user.label(last)}"
         tags = [delivery.tag for delivery in deliveries]
         ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
-        new = handle_batch(messages, rejections, ack_all, self.pause)
+        new = user.handle_batch(messages, rejections, ack_all, self.pause)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
         self.handled += len(messages)
@@ -183,32 +184,33 @@ class Worker:
         self.check_connections()
         started = time.perf_counter()
         try:
-            message, created = self.check(delivery)
-        except contract.ContractError as error:
+            message, key, created = self.check(delivery)
+        except ContractError as error:
             self.reject(delivery, str(error))
             return
-        self.say(f"Received {message.code} redelivered={delivery.redelivered}")
-        self.note_redeliveries([delivery], {delivery.tag: message})
+        code = self.channel.label(key)
+        self.say(f"Received {code} redelivered={delivery.redelivered}")
+        self.note_redeliveries([delivery], {delivery.tag: key})
         self.current, self.current_acked = delivery, False
-        self.on = message.code
+        self.on = code
         since = timezone.now() if delivery.redelivered else None
         self.handler(message, lambda: self.ack_current(delivery), self.pause)
         self.handled += 1
         # The handler does not say whether it made the ticket. A first delivery almost always
         # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
         # may not, so for those the tickets table says (one query, for redeliveries only).
-        made = not delivery.redelivered or self.made_since(message.registration_id, since)
+        made = not delivery.redelivered or self.made_since(key, since)
         self.measure(started, handled=1, made=[created] if made else [])
         self.say("Handler returned.")
 
-    def made_since(self, registration_id: int, since) -> bool:
-        """Whether this registration's ticket was issued since then, for the
+    def made_since(self, key: int, since) -> bool:
+        """Whether this intent's outcome was written since then, for the
         latency metric. Asked after the commit: a database error here costs the
         observation, never the delivery (already committed, its ack maybe sent)."""
         try:
-            return Ticket.objects.made_since(registration_id, since)
+            return self.channel.made_since(key, since)
         except DatabaseError:
-            logger.warning("Could not tell whether %s got its ticket now", contract.format_code(registration_id))
+            logger.warning("Could not tell whether %s got its ticket now", self.channel.label(key))
             self.connections_suspect = True
             return False
 
@@ -234,16 +236,17 @@ class Worker:
             metrics.REJECTED.inc(rejected)
         if made:
             now = time.time()
-            for created in made:  # seconds since the epoch (Registration.objects.stored)
+            for created in made:  # seconds since the epoch (Channel.stored)
                 metrics.LATENCY.observe(max(0.0, now - created))
 
-    def note_redeliveries(self, deliveries: list[transport.Delivery], decoded: dict) -> None:
-        """Staff see in a registration's history when it came again: one row
-        per redelivery, one statement per batch, nothing for a first delivery."""
+    def note_redeliveries(self, deliveries: list[transport.Delivery], keys: dict) -> None:
+        """Staff see in an intent's history when it came again: one row per
+        redelivery, one statement per batch, nothing for a first delivery.
+        keys: {tag: intent key} of the deliveries that decoded."""
         again = [delivery for delivery in deliveries if delivery.redelivered]
         if again:
-            pairs = [(getattr(decoded.get(d.tag), "registration_id", None), d.attempts + 1) for d in again]
-            services.record_redeliveries(deliveries=pairs, worker=self.name)
+            pairs = [(keys.get(d.tag), d.attempts + 1) for d in again]
+            recording.record_redeliveries(deliveries=pairs, worker=self.name)
 
     def ack_current(self, delivery: transport.Delivery) -> None:
         self.consumer.ack(delivery.tag, flush=self.flush_acks)
@@ -258,39 +261,40 @@ class Worker:
             return sentence
         # Parking is Nightjar's own count of failures; returns only meet the
         # broker's backstop limit, which each transport says in its own words.
-        returns, limit = self.current.attempts + 1, settings.NIGHTJAR_DELIVERY_LIMIT
+        returns, limit = self.current.attempts + 1, conf.NIGHTJAR_DELIVERY_LIMIT
         return (
             f"{sentence} No failure is recorded, so it never counts towards parking ({limit} failed attempts)."
             f" It has gone back {returns} time(s); {transport.past_the_return_limit(limit)},"
             " and the next reconcile publishes it again."
         )
 
-    def check(self, delivery: transport.Delivery) -> tuple[contract.Message, float | None]:
-        """The contract, then the stored registration: a body that names an
-        unknown registration or another name is not a repeat of anything.
-        Returns the message and when its registration was stored."""
-        message = contract.decode(delivery.body)
-        name, created = self.stored(message.registration_id)
-        contract.check_stored(message, name)
-        return message, created
+    def check(self, delivery: transport.Delivery) -> tuple[object, int, float | None]:
+        """The contract, then the stored intent: a body that names an unknown
+        registration or another name is not a repeat of anything. Returns the
+        message, its intent's key and when that was stored."""
+        message = self.channel.decode(delivery.body)
+        key = self.channel.intent_id(message)
+        name, created = self.stored(key)
+        self.channel.check_stored(message, name)
+        return message, key, created
 
-    def stored(self, registration_id: int) -> tuple[str | None, float | None]:
+    def stored(self, key: int) -> tuple[str | None, float | None]:
         """The stored name of a registration and when it was stored, (None,
         None) if there is none. Read in one query with those of the deliveries
         already waiting in the consumer's buffer, as a batch reads its own: a
         delivery finds its row read at most a second before (else read again)
         and each row serves one delivery. Saves a query per delivery — on
         PostgreSQL a round trip (bin/benchmark.py, pairs)."""
-        if time.monotonic() - self.ahead_read < 1.0 and registration_id in self.ahead:
-            return self.ahead.pop(registration_id)
-        ids = {registration_id} | contract.hinted_ids(self.consumer.waiting()[: self.prefetch])
-        self.ahead, self.ahead_read = Registration.objects.stored(ids), time.monotonic()
-        return self.ahead.pop(registration_id, (None, None))
+        if time.monotonic() - self.ahead_read < 1.0 and key in self.ahead:
+            return self.ahead.pop(key)
+        ids = {key} | self.channel.hinted_ids(self.consumer.waiting()[: self.prefetch])
+        self.ahead, self.ahead_read = self.channel.stored(ids), time.monotonic()
+        return self.ahead.pop(key, (None, None))
 
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
         with transaction.atomic():
-            record = services.record_rejection(delivery=delivery, reason=reason)
+            record = recording.record_rejection(delivery=delivery, reason=reason)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
         metrics.REJECTED.inc()
@@ -329,7 +333,7 @@ class Worker:
                     for delivery in self.deliveries():
                         self.beat()
                         self.record_lost()
-                        if delivery:
+                        if delivery:  # a list: one delivery, or a batch
                             self.process_or_hand_back(delivery)
                         if self.reconcile_every and time.monotonic() - last_reconcile >= self.reconcile_every:
                             last_reconcile = time.monotonic()
@@ -352,16 +356,22 @@ class Worker:
             self.report(stopped=True)
         self.say(f"Stopped after {self.handled} deliveries.")
 
+    @staticmethod
+    def one(delivery: transport.Delivery | None) -> list[transport.Delivery]:
+        """A delivery as a batch of one (nothing as an empty one)."""
+        return [delivery] if delivery is not None else []
+
     def deliveries(self):
-        """Yield single deliveries, or lists of them in batch mode; a falsy
-        value now and then when idle, so the loop can look at its flags."""
+        """Yield lists: of one delivery, or a batch in batch mode; an empty
+        one now and then when idle, so the loop can look at its flags."""
         if not self.batch:
-            yield from self.consumer.consume(idle_seconds=0.5)
+            for delivery in self.consumer.consume(idle_seconds=0.5):
+                yield self.one(delivery)
             return
         while True:
             yield self.collect_batch(first_wait=0.5)
 
-    def process_or_hand_back(self, work: transport.Delivery | list[transport.Delivery]) -> None:
+    def process_or_hand_back(self, work: list[transport.Delivery]) -> None:
         """Service mode: what failed is handed back unacked after a pause, so
         a worker facing a locked database does not spin through redeliveries."""
         failed = self.try_process(work)
@@ -373,53 +383,56 @@ class Worker:
                 metrics.HANDED_BACK.inc()
 
     def try_process(
-        self, work: transport.Delivery | list[transport.Delivery]
+        self, work: list[transport.Delivery], *, one_by_one: bool = False
     ) -> list[tuple[transport.Delivery, Exception]]:
-        """Process a delivery or a batch; return what failed, with its error.
-        A failed batch is retried one delivery at a time, so one bad delivery
-        never takes its neighbours down with it. Broker errors propagate."""
+        """Process a batch (one delivery outside batch mode, and when a failed
+        batch is retried one delivery at a time, so one bad delivery never
+        takes its neighbours down with it); return what failed, with its
+        error. Broker errors propagate."""
+        batch = self.batch and not one_by_one
         try:
-            if isinstance(work, list):
+            if batch:
                 self.process_batch(work)
             else:
-                self.process(work)
+                (delivery,) = work  # outside batch mode, always a batch of one
+                self.process(delivery)  # through the per-delivery handler
             return []
         except (transport.BrokerError, BrokenPipeError):
             raise  # the broker, or the reader of our output (`worker | head`): not this delivery's failure
         except Exception as error:
-            if isinstance(work, list) and len(work) > 1:
+            if batch and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
                 # Each ack sent at once, for its own tag: a deferred multiple=True ack
                 # would also cover a failed neighbour not yet handed back.
                 flush, self.flush_acks = self.flush_acks, True
                 try:
-                    return [failure for delivery in work for failure in self.try_process(delivery)]
+                    return [failure for delivery in work for failure in self.try_process([delivery], one_by_one=True)]
                 finally:
                     self.flush_acks = flush
-            delivery = work[0] if isinstance(work, list) else work
+            delivery = work[0]
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
             self.connections_suspect = True
             metrics.FAILED.inc()
-            services.record_failure(delivery=delivery, error=error, worker=self.name)
+            recording.record_failure(delivery=delivery, error=error, worker=self.name)
             if self.park_if_failed_too_often(delivery):
                 return []
             return [(delivery, error)]
 
     def park_if_failed_too_often(self, delivery: transport.Delivery) -> bool:
-        """Nightjar's own delivery limit (services.park_after_failures): the
+        """Nightjar's own delivery limit (recording.park_after_failures): the
         park is committed first, then the delivery acked. False when the
         limit is not reached, or the database cannot say (hand it back)."""
         try:
-            registration = services.park_after_failures(delivery=delivery)
+            code = recording.park_after_failures(delivery=delivery)
         except DatabaseError:
             logger.warning("Could not count the failed attempts; handing the delivery back", exc_info=True)
             return False
-        if registration is None:
+        if code is None:
             return False
         self.consumer.ack(delivery.tag)
         self.say(
-            f"Parked {registration.code}: its delivery failed {settings.NIGHTJAR_DELIVERY_LIMIT} times "
+            f"Parked {code}: its delivery failed {conf.NIGHTJAR_DELIVERY_LIMIT} times "
             "(the delivery limit); see `parked`."
         )
         return True
@@ -429,14 +442,12 @@ class Worker:
         the terminal, one record for staff; reconcile republishes them."""
         while self.consumer.lost:
             entry = self.consumer.lost.pop(0)
-            services.record_lost_entry(entry=entry, worker=self.name)
+            recording.record_lost_entry(entry=entry, worker=self.name)
             self.say(f"{transport.name()} entry {entry} was trimmed before it was handled; reconcile republishes it.")
 
     def reconcile(self) -> None:
         try:
-            report = services.reconcile_registrations(
-                **self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)"
-            )
+            report = self.channel.reconcile(**self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)")
         except Exception:
             logger.exception("Reconcile failed; trying again at the next interval")
             return
@@ -449,7 +460,7 @@ class Worker:
         """The loop is running: touch the health file (at most once a second)
         and rewrite this worker's report (every NIGHTJAR_WORKER_REPORT_SECONDS)."""
         now = time.monotonic()
-        every = settings.NIGHTJAR_WORKER_REPORT_SECONDS
+        every = conf.NIGHTJAR_WORKER_REPORT_SECONDS
         # Never inside the handler's transaction (a learner paused there): the row would wait for its commit.
         if every and now - self.last_report >= every and not connection.in_atomic_block:
             self.report()
@@ -473,7 +484,7 @@ class Worker:
 
     def report(self, *, stopped: bool = False) -> None:
         """What staff see in the workers table (never once per delivery)."""
-        if not settings.NIGHTJAR_WORKER_REPORT_SECONDS:
+        if not conf.NIGHTJAR_WORKER_REPORT_SECONDS:
             return
         starting, self.last_report = not self.last_report, time.monotonic()
         host, _, pid = self.name.rpartition(":")
@@ -489,7 +500,7 @@ class Worker:
             "handed_back": self.handed_back,
             "current": self.on[:100],
         }
-        services.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
+        recording.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""

@@ -13,7 +13,7 @@ import time
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from django.conf import settings
+from delivery import conf
 
 
 class BrokerError(Exception):
@@ -39,11 +39,11 @@ class Delivery(NamedTuple):
 
 
 def queue_name() -> str:
-    return settings.NIGHTJAR_QUEUE
+    return conf.NIGHTJAR_QUEUE
 
 
 def dead_letter_queue_name() -> str:
-    return f"{settings.NIGHTJAR_QUEUE}.dead"
+    return f"{conf.NIGHTJAR_QUEUE}.dead"
 
 
 # memory:// is the fast test tier's in-process stand-in (memory.py), never a deployment's.
@@ -53,7 +53,7 @@ NAMES = {"amqp": "RabbitMQ", "redis_streams": "Redis", "memory": "the in-memory 
 
 def kind() -> str:
     """amqp or redis_streams, from the broker URL's scheme."""
-    scheme = urlsplit(settings.NIGHTJAR_BROKER_URL.split(";")[0]).scheme
+    scheme = urlsplit(conf.NIGHTJAR_BROKER_URL.split(";")[0]).scheme
     if scheme not in SCHEMES:
         raise BrokerError(f"The broker URL's scheme {scheme!r} is none of {', '.join(SCHEMES)}.")
     return SCHEMES[scheme]
@@ -78,7 +78,7 @@ def past_the_return_limit(limit: int) -> str:
 
 def backend():
     """The module that implements the transport the broker URL names."""
-    return importlib.import_module(f"tickets.transport.{kind()}")
+    return importlib.import_module(f"delivery.transport.{kind()}")
 
 
 class Backoff:
@@ -138,7 +138,7 @@ def masked_url(url: str | None = None) -> str:
             return parts.geturl()
         return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
 
-    given = url or settings.NIGHTJAR_BROKER_URL
+    given = url or conf.NIGHTJAR_BROKER_URL
     return ";".join(mask(one.strip()) for one in given.split(";") if one.strip())
 
 

@@ -13,7 +13,6 @@ are read from the database and the broker at scrape time, by the web only.
 import hmac
 import os
 
-from django.conf import settings
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -25,6 +24,8 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
+
+from delivery import channel, conf
 
 REGISTRATIONS = Counter("nightjar_registrations_created", "Registrations stored by the web (the durable intent).")
 PUBLISHES_FAILED = Counter(
@@ -60,9 +61,7 @@ class DeskCollector:
     queue as the broker reports it (nightjar_broker_up 0 when it does not answer)."""
 
     def collect(self):
-        from tickets import services
-
-        gauges = services.desk_gauges()
+        gauges = channel.current().gauges()
         yield GaugeMetricFamily(
             "nightjar_registrations_pending",
             "Registrations without a ticket or its key, not parked.",
@@ -106,7 +105,7 @@ def exposition(*, desk: bool) -> tuple[bytes, str]:
 
 def token_matches(header: str) -> bool:
     """`Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>`, compared in constant time."""
-    token = settings.NIGHTJAR_METRICS_TOKEN
+    token = conf.NIGHTJAR_METRICS_TOKEN
     if not token or not header.startswith("Bearer "):
         return False
     return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())

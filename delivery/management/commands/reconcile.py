@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import services, transport
+from delivery import channel, exits
 
 SHOWN = 50  # codes listed one per line; a backlog of thousands is summed up
 
@@ -23,13 +23,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if options["limit"] < 1 or options["older_than"] < 0:
-            raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
-        try:
-            report = services.reconcile_registrations(
-                limit=options["limit"], older_than=options["older_than"], actor=services.command_line_actor("reconcile")
+            raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
+        with exits.exit_codes():
+            user = channel.current()
+            report = user.reconcile(
+                limit=options["limit"], older_than=options["older_than"], actor=user.actor("reconcile")
             )
-        except transport.BrokerError as error:
-            raise CommandError(f"Stopped: {error}", returncode=3) from None
         collected = report.collected
         for code in collected.parked:
             self.stdout.write(f"Parked {code}: its delivery failed until the delivery limit (see `parked`)")

@@ -30,9 +30,9 @@ import time
 
 import redis
 import redis.exceptions
-from django.conf import settings
 
-from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
+from delivery import conf
+from delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +46,11 @@ ACTIVE_CONSUMER_MS = 10_000
 def client(*, socket_timeout: float | None = None, client_name: str | None = None) -> redis.Redis:
     """A client with deadlines on every call: a frozen server (it accepts TCP,
     answers nothing) costs at most the timeout."""
-    timeout = socket_timeout or settings.NIGHTJAR_BROKER_TIMEOUT
+    timeout = socket_timeout or conf.NIGHTJAR_BROKER_TIMEOUT
     return redis.Redis.from_url(
-        settings.NIGHTJAR_BROKER_URL,
+        conf.NIGHTJAR_BROKER_URL,
         socket_timeout=timeout,
-        socket_connect_timeout=settings.NIGHTJAR_BROKER_TIMEOUT,
+        socket_connect_timeout=conf.NIGHTJAR_BROKER_TIMEOUT,
         retry_on_timeout=False,
         health_check_interval=0,
         client_name=client_name,
@@ -97,7 +97,7 @@ class Publisher:
             self._client.xadd(
                 queue_name(),
                 {"body": body, "message_id": message_id},
-                maxlen=settings.NIGHTJAR_STREAM_MAXLEN,
+                maxlen=conf.NIGHTJAR_STREAM_MAXLEN,
                 approximate=True,
             )
         except redis.exceptions.RedisError as error:
@@ -121,7 +121,7 @@ publisher = Publisher()
 
 def consumer_name() -> str:
     """Stable across restarts, so a restarted worker finds what it held."""
-    return settings.NIGHTJAR_CONSUMER_NAME or socket.gethostname()
+    return conf.NIGHTJAR_CONSUMER_NAME or socket.gethostname()
 
 
 class Consumer:
@@ -132,7 +132,7 @@ class Consumer:
         self.prefetch = prefetch
         self.name = consumer_name()
         # Blocking reads wait up to a few seconds: the socket must outwait them.
-        self._client = client(socket_timeout=settings.NIGHTJAR_BROKER_TIMEOUT + 10, client_name=worker_client_name())
+        self._client = client(socket_timeout=conf.NIGHTJAR_BROKER_TIMEOUT + 10, client_name=worker_client_name())
         where = self._client.connection_pool.connection_kwargs
         self.node = f"{where.get('host', where.get('path', ''))}:{where.get('port', '')}".rstrip(":")
         self._read_own_pending = True  # at start, and after a hand-back
@@ -200,7 +200,7 @@ class Consumer:
 
     def _claim(self, count: int) -> list[Delivery]:
         """Entries idle under another consumer: walk XAUTOCLAIM's cursor to the end."""
-        idle_ms = int(settings.NIGHTJAR_CLAIM_IDLE_SECONDS * 1000)
+        idle_ms = int(conf.NIGHTJAR_CLAIM_IDLE_SECONDS * 1000)
         cursor, claimed = "0-0", []
         while len(claimed) < count:
             cursor, entries, deleted = self._client.xautoclaim(
@@ -223,7 +223,7 @@ class Consumer:
                 self._client.xack(queue_name(), GROUP, tag)
                 continue
             times = counts.get(tag, 1)
-            if times > settings.NIGHTJAR_DELIVERY_LIMIT + 1:
+            if times > conf.NIGHTJAR_DELIVERY_LIMIT + 1:
                 self._dead_letter(tag, fields, times)
                 continue
             message_id = fields.get(b"message_id", b"")

@@ -26,9 +26,9 @@ from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 import pika
 import pika.exceptions
-from django.conf import settings
 
-from tickets.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
+from delivery import conf
+from delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ URL_DEFAULTS = {
 def urls() -> list[str]:
     """The node URLs: NIGHTJAR_BROKER_URL may list a cluster's nodes separated
     by `;` (Celery's convention), e.g. amqp://u:p@h1/%2F;amqp://u:p@h2/%2F."""
-    return [url.strip() for url in settings.NIGHTJAR_BROKER_URL.split(";") if url.strip()]
+    return [url.strip() for url in conf.NIGHTJAR_BROKER_URL.split(";") if url.strip()]
 
 
 def parameters() -> list[pika.URLParameters]:
@@ -154,7 +154,7 @@ def declare(channel):
         durable=True,
         arguments={
             "x-queue-type": "quorum",
-            "x-delivery-limit": settings.NIGHTJAR_DELIVERY_LIMIT,
+            "x-delivery-limit": conf.NIGHTJAR_DELIVERY_LIMIT,
             "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": dead_letter_queue_name(),
         },
@@ -287,7 +287,7 @@ class Publisher:
 
     def publish(self, body: bytes, *, message_id: str) -> None:
         """Publish persistently and wait for the confirm. Raises BrokerError."""
-        timeout = settings.NIGHTJAR_BROKER_TIMEOUT
+        timeout = conf.NIGHTJAR_BROKER_TIMEOUT
         deadline = time.monotonic() + timeout
         if not self._lock.acquire(timeout=timeout):
             raise BrokerError("Another publish is still waiting for RabbitMQ; this one is left for reconcile.")
@@ -362,7 +362,7 @@ class Consumer:
             attempts = 0  # a header set by some other client: diagnosis only
         if headers.get("x-first-death-reason") == "delivery_limit":
             # Dead-lettered for its limit: the count restarts at 0 in `.dead`.
-            attempts = settings.NIGHTJAR_DELIVERY_LIMIT + 1
+            attempts = conf.NIGHTJAR_DELIVERY_LIMIT + 1
         message_id = (properties.message_id or "") if properties else ""
         return Delivery(
             body=body,
@@ -497,7 +497,7 @@ def queue_counts() -> dict:
         with short_channel("queue status") as channel:
             return declare(channel)
 
-    work, dead = within(settings.NIGHTJAR_BROKER_TIMEOUT, "queue status", count)
+    work, dead = within(conf.NIGHTJAR_BROKER_TIMEOUT, "queue status", count)
     counts = {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
     info, error = management_queue_info()
     counts["unacked"], counts["unacked_error"], counts["unacked_lags"] = unacknowledged(counts, info, error)
@@ -543,22 +543,22 @@ def management_queue_info() -> tuple[dict | None, str]:
     many deliveries are unacknowledged, nor where the replicas are). Tries
     each URL of RABBITMQ_MANAGEMENT_URL (`;`-separated on a cluster) within
     NIGHTJAR_BROKER_TIMEOUT each. Returns (data, "") or (None, why not)."""
-    if not settings.RABBITMQ_MANAGEMENT_URL:
+    if not conf.RABBITMQ_MANAGEMENT_URL:
         return None, "RABBITMQ_MANAGEMENT_URL is not set"
     amqp = urlsplit(urls()[0])
     vhost = unquote(amqp.path[1:]) if len(amqp.path) > 1 else "/"
     path = f"api/queues/{quote(vhost, safe='')}/{quote(queue_name(), safe='')}"
     # Management credentials of their own when given (a monitoring user), else the AMQP ones.
-    if settings.RABBITMQ_MANAGEMENT_USER:
-        user, password = settings.RABBITMQ_MANAGEMENT_USER, settings.RABBITMQ_MANAGEMENT_PASSWORD
+    if conf.RABBITMQ_MANAGEMENT_USER:
+        user, password = conf.RABBITMQ_MANAGEMENT_USER, conf.RABBITMQ_MANAGEMENT_PASSWORD
     else:
         user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     errors = []
-    for base in settings.RABBITMQ_MANAGEMENT_URL.split(";"):
+    for base in conf.RABBITMQ_MANAGEMENT_URL.split(";"):
         try:
             request = Request(urljoin(base.strip(), path), headers={"Authorization": f"Basic {token}"})
-            with _MANAGEMENT_OPENER.open(request, timeout=settings.NIGHTJAR_BROKER_TIMEOUT) as response:
+            with _MANAGEMENT_OPENER.open(request, timeout=conf.NIGHTJAR_BROKER_TIMEOUT) as response:
                 return json.load(response), ""
         except (OSError, ValueError) as error:
             errors.append(str(error))
@@ -599,4 +599,4 @@ def ping() -> None:
         with short_channel("health check"):
             pass
 
-    within(settings.NIGHTJAR_BROKER_TIMEOUT, "health check", connect)
+    within(conf.NIGHTJAR_BROKER_TIMEOUT, "health check", connect)

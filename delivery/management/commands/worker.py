@@ -2,11 +2,11 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import lab, metrics, transport
-from tickets.checkpoints import CHECKPOINTS, CRASHES, Pause
-from tickets.worker import Worker
+from delivery import channel, exits, metrics, transport
+from delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
+from delivery.worker import Worker
 
-logger = logging.getLogger("tickets.worker")
+logger = logging.getLogger("delivery.worker")
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
             "--handler",
             help=(
                 f"Dotted path or .py file of the handler (default: NIGHTJAR_HANDLER; in lab mode the learner's "
-                f"lab/handler.py once `lab start` made it; else {lab.SAFE_HANDLER})."
+                f"lab/handler.py once `lab start` made it; else {channel.current().handler_help})."
             ),
         )
         parser.add_argument(
@@ -92,29 +92,30 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if options["prefetch"] < 1:
-            raise CommandError("--prefetch must be at least 1.", returncode=2)
+            raise CommandError("--prefetch must be at least 1.", returncode=exits.USAGE)
         if options["batch"] is not None and not 1 <= options["batch"] <= 1000:
-            raise CommandError("--batch must be between 1 and 1000.", returncode=2)
+            raise CommandError("--batch must be between 1 and 1000.", returncode=exits.USAGE)
         if options["batch"] and options["handler"]:
             raise CommandError(
-                "--handler picks the per-delivery handler; batch mode uses tickets/batch.py.", returncode=2
+                "--handler picks the per-delivery handler; batch mode uses tickets/batch.py.", returncode=exits.USAGE
             )
         if options["reconcile_every"] is not None and not options["serve"]:
-            raise CommandError("--reconcile-every only makes sense with --serve.", returncode=2)
+            raise CommandError("--reconcile-every only makes sense with --serve.", returncode=exits.USAGE)
         if options["health_file"] and not options["serve"]:
-            raise CommandError("--health-file only makes sense with --serve.", returncode=2)
+            raise CommandError("--health-file only makes sense with --serve.", returncode=exits.USAGE)
         if options["metrics_port"] is not None and not options["serve"]:
-            raise CommandError("--metrics-port only makes sense with --serve.", returncode=2)
+            raise CommandError("--metrics-port only makes sense with --serve.", returncode=exits.USAGE)
         if options["metrics_port"] is not None and not 1 <= options["metrics_port"] <= 65535:
-            raise CommandError("--metrics-port must be a port number (1-65535).", returncode=2)
+            raise CommandError("--metrics-port must be a port number (1-65535).", returncode=exits.USAGE)
         if options["limit"] < 1 or options["older_than"] < 0:
-            raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=2)
+            raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
-            handler = lab.load_handler(options["handler"] or lab.default_handler())
-        except lab.HandlerError as error:
+            user = channel.current()
+            handler = user.load_handler(options["handler"] or user.default_handler())
+        except channel.HandlerError as error:
             raise CommandError(
-                f"{error} Nothing was taken from {transport.name()}; fix it and run again.", returncode=2
+                f"{error} Nothing was taken from {transport.name()}; fix it and run again.", returncode=exits.USAGE
             ) from None
         if transport.kind() == "redis_streams":
             # An XADD Redis may lose is a registration only reconcile would find: refuse to pretend.
@@ -124,7 +125,8 @@ class Command(BaseCommand):
                 problems = []  # unreachable: the worker reports it and reconnects
             if problems:
                 raise CommandError(
-                    f"Redis would lose acknowledged entries ({'; '.join(problems)}); see bin/redis-node.", returncode=2
+                    f"Redis would lose acknowledged entries ({'; '.join(problems)}); see bin/redis-node.",
+                    returncode=exits.USAGE,
                 )
         pause = None
         if options["pause"] or options["crash"]:
@@ -146,7 +148,7 @@ class Command(BaseCommand):
             except OSError as error:
                 raise CommandError(
                     f"Cannot serve metrics on {options['metrics_address']}:{options['metrics_port']}: {error}",
-                    returncode=2,
+                    returncode=exits.USAGE,
                 ) from None
             self.stdout.write(
                 f"Metrics on http://{options['metrics_address']}:{options['metrics_port']}/metrics (Prometheus)."
@@ -164,16 +166,16 @@ class Command(BaseCommand):
                 self.stdout.write("No ready registrations")
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
-            raise CommandError(worker.interrupted(), returncode=130) from None
+            raise CommandError(worker.interrupted(), returncode=exits.INTERRUPTED) from None
         except transport.BrokerError as error:
-            raise CommandError(str(error), returncode=3) from None
+            raise CommandError(str(error), returncode=exits.BROKER) from None
         except BrokenPipeError:
             raise  # the reader of the output went away: manage.py exits quietly
         except Exception as error:
             # Never ack on an error: closing the connection hands the delivery back.
             logger.exception("The handler failed")
             raise CommandError(
-                f"Not acked, the delivery goes back to {transport.name()}: {error}", returncode=1
+                f"Not acked, the delivery goes back to {transport.name()}: {error}", returncode=exits.REFUSED
             ) from None
         finally:
             worker.close()

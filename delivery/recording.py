@@ -1,0 +1,160 @@
+"""What the worker writes down besides the handler's work: rejected bodies,
+failed attempts, redeliveries, entries the broker lost, and its own report.
+Into the user's concrete record models (delivery/records.py, named by the
+channel), each row linked to its intent when the body names one that exists.
+Only a rejection is part of a delivery's outcome (recorded, then acked); the
+rest is best effort: a worker never stops because a note could not be written."""
+
+import hashlib
+import logging
+from datetime import timedelta
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from delivery import channel, conf, transport
+from delivery.codec import storable_text
+from delivery.transport import Delivery
+
+logger = logging.getLogger(__name__)
+
+
+def _intent(user: channel.Channel, intent_id: int | None):
+    """The stored intent a body claims, or None."""
+    return user.intent_model.objects.filter(pk=intent_id).first() if intent_id else None
+
+
+def record_rejection(*, delivery: Delivery, reason: str):
+    """Record a delivery that broke the contract. Total: whatever the bytes,
+    the row is storable (excerpt and message id escaped, size and hash of the
+    raw body kept). A redelivery of a body that is already recorded is not
+    recorded again (returns None)."""
+    user = channel.current()
+    rejected = user.rejected_model
+    digest = hashlib.sha256(delivery.body).hexdigest()
+    if delivery.redelivered and rejected.objects.filter(body_sha256=digest).exists():
+        return None
+    return rejected.objects.create(
+        reason=storable_text(reason, max_bytes=4 * rejected.MAX_REASON)[: rejected.MAX_REASON],
+        body_excerpt=storable_text(delivery.body[: rejected.MAX_EXCERPT], max_bytes=rejected.MAX_EXCERPT),
+        body_sha256=digest,
+        body_size=len(delivery.body),
+        message_id=storable_text(delivery.message_id, max_bytes=200)[:200],
+        redelivered=delivery.redelivered,
+        **{user.intent_field: _intent(user, user.claimed_id(delivery.body))},
+    )
+
+
+def record_failure(*, delivery: Delivery, error: BaseException, worker: str) -> None:
+    """Note a failed attempt (best effort: the database may be what failed)."""
+    user = channel.current()
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    try:
+        with transaction.atomic():
+            user.failure_model.objects.create(
+                worker=worker[:100],
+                error=storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300],
+                **{user.intent_field: _intent(user, user.claimed_id(delivery.body))},
+            )
+    except Exception:
+        logger.warning("Could not record the failed attempt (the database may be what failed)", exc_info=True)
+
+
+def record_lost_entry(*, entry: str, worker: str) -> None:
+    """A delivery the broker dropped before it was handled (a Redis entry
+    trimmed while pending): its body is gone, so which intent it was is
+    unknown; reconcile republishes whatever is pending. Staff see it with
+    the failed attempts (best effort, like them)."""
+    user = channel.current()
+    try:
+        user.failure_model.objects.create(
+            worker=worker[:100],
+            error=f"Entry {entry} of {transport.queue_name()} was trimmed before it was handled"[:300],
+            **{user.intent_field: None},
+        )
+    except Exception:
+        logger.warning("Could not record the trimmed entry %s", entry, exc_info=True)
+
+
+def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str) -> None:
+    """(intent key, delivery number) of deliveries the broker sent before.
+    Best effort, one statement; the intent may be unknown (rejected)."""
+    if not deliveries:
+        return
+    user = channel.current()
+    known = set(
+        user.intent_model.objects.filter(pk__in={pk for pk, _ in deliveries if pk}).values_list("pk", flat=True)
+    )
+    column = f"{user.intent_field}_id"
+    try:
+        user.redelivery_model.objects.bulk_create(
+            user.redelivery_model(worker=worker[:100], delivery=number, **{column: pk if pk in known else None})
+            for pk, number in deliveries
+        )
+    except DatabaseError:
+        logger.warning("Could not record %d redeliveries", len(deliveries), exc_info=True)
+
+
+def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: bool = False) -> None:
+    """Write a worker's row (best effort: a worker never stops for its report).
+    A worker starting also deletes the rows of workers not seen for
+    NIGHTJAR_WORKER_REPORT_DAYS: every process leaves one, restarts add up."""
+    reports = channel.current().worker_report_model
+    now = timezone.now()
+    defaults = {**fields, "last_seen": now, "stopped": now if stopped else None}
+    try:
+        reports.objects.update_or_create(name=name[:100], defaults=defaults)
+        if starting and conf.NIGHTJAR_WORKER_REPORT_DAYS:
+            forgotten = now - timedelta(days=conf.NIGHTJAR_WORKER_REPORT_DAYS)
+            reports.objects.filter(last_seen__lt=forgotten).delete()
+    except DatabaseError:
+        logger.warning("Could not write the report of worker %s", name, exc_info=True)
+
+
+def park(intent, delivery: Delivery, reason: str, *, resolution: str = "", resolved_by: str = "", attempts=None):
+    """One parked record for an intent (inside the caller's transaction):
+    the reason, the attempts and an excerpt and hash of the body."""
+    user = channel.current()
+    return user.parked_model.objects.create(
+        reason=storable_text(reason, max_bytes=1200)[:300],
+        attempts=delivery.attempts if attempts is None else attempts,
+        body_excerpt=storable_text(delivery.body[:2048], max_bytes=2048),
+        body_sha256=hashlib.sha256(delivery.body).hexdigest(),
+        resolution=resolution,
+        resolved_by=resolved_by,
+        resolved_at=timezone.now() if resolution else None,
+        **{user.intent_field: intent},
+    )
+
+
+def park_after_failures(*, delivery: Delivery) -> str | None:
+    """The worker's own delivery limit, whatever the broker counts (RabbitMQ
+    4.3 counts only rejects, 3.10 every return, Redis its own counter): once
+    the failures recorded for an intent since it was last parked reach
+    NIGHTJAR_DELIVERY_LIMIT, park it for staff with the last error. Returns
+    the intent's label when it is parked (the caller acks the delivery only
+    after this commit), None otherwise (the delivery is handed back)."""
+    user = channel.current()
+    intent_id = user.claimed_id(delivery.body)
+    if not intent_id:
+        return None
+    mine = {user.intent_field: intent_id}
+    with transaction.atomic():
+        # Locked: two workers failing on two copies of it park it once.
+        intent = user.intent_model.objects.select_for_update().filter(pk=intent_id).first()
+        if intent is None:
+            return None
+        if user.parked_model.objects.holding().filter(**mine).exists():
+            return user.label(intent_id)  # a second copy of what is parked already
+        last_parked = user.parked_model.objects.filter(**mine).order_by("-parked").values_list("parked", flat=True)
+        last_parked = last_parked.first()
+        failures = user.failure_model.objects.filter(**mine)  # newest first
+        if last_parked is not None:
+            failures = failures.filter(at__gt=last_parked)
+        count = failures.count()
+        if count < conf.NIGHTJAR_DELIVERY_LIMIT:
+            return None
+        last = failures.first()
+        reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
+        park(intent, delivery, reason, attempts=count)
+    return user.label(intent_id)

@@ -1,0 +1,112 @@
+"""The import direction between the apps, read from the source with ast (no
+import runs, no broker needed): the engine (delivery/) imports none of the
+apps that use it; nothing imports the door, the desk or the classroom (the
+desk may, once it shows arrivals); each broker
+client library is imported in one transport module and nowhere else."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ["delivery", "tickets", "door", "desk", "classroom", "nightjar"]
+
+# app -> the top-level packages it must never import
+FORBIDDEN = {
+    "delivery": {"tickets", "door", "desk", "classroom", "nightjar"},
+    "tickets": {"door", "desk", "classroom"},
+    "door": {"desk", "classroom"},
+    "nightjar": {"door", "desk", "classroom"},
+    "desk": {"classroom"},
+    "classroom": {"desk"},
+}
+# broker client library -> the one module that may import it
+BROKER_LIBRARIES = {"pika": "delivery/transport/amqp.py", "redis": "delivery/transport/redis_streams.py"}
+
+
+def imported_names(source: str) -> list[tuple[int, str]]:
+    """(line, dotted module) for every absolute import, at any depth (a
+    function-level import counts as much as one at the top)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def violations(app: str, path: str, source: str) -> list[str]:
+    problems = []
+    for line, module in imported_names(source):
+        top = module.split(".")[0]
+        if top in FORBIDDEN.get(app, ()):
+            problems.append(f"{path}:{line} imports {module} ({app} may not import {top})")
+        if top in BROKER_LIBRARIES and path != BROKER_LIBRARIES[top]:
+            problems.append(f"{path}:{line} imports {module} (only {BROKER_LIBRARIES[top]} may)")
+    return problems
+
+
+def app_sources():
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            yield app, path.relative_to(ROOT).as_posix(), path.read_text()
+
+
+def test_the_apps_import_only_in_the_allowed_directions():
+    problems = [problem for app, path, source in app_sources() for problem in violations(app, path, source)]
+    assert problems == []
+
+
+def test_the_engine_is_read():
+    """The contract above is not vacuous: the engine's modules are there to read."""
+    read = {path for app, path, _ in app_sources() if app == "delivery"}
+    assert {"delivery/worker.py", "delivery/transport/amqp.py", "delivery/channel.py"} <= read
+
+
+@pytest.mark.parametrize(
+    ("app", "path", "source"),
+    [
+        ("delivery", "delivery/worker.py", "def f():\n    from tickets.models import Ticket\n"),
+        ("delivery", "delivery/worker.py", "import tickets.services\n"),
+        ("tickets", "tickets/views.py", "from desk import charts\n"),
+        ("delivery", "delivery/worker.py", "import pika\n"),
+        ("tickets", "tickets/services.py", "from redis import Redis\n"),
+    ],
+)
+def test_a_forbidden_import_is_found(app, path, source):
+    assert violations(app, path, source)
+
+
+def test_relative_and_allowed_imports_pass():
+    assert not violations("delivery", "delivery/worker.py", "from . import metrics\nfrom delivery import transport\n")
+    assert not violations("delivery", "delivery/transport/amqp.py", "import pika\nimport pika.exceptions\n")
+    assert not violations("tickets", "tickets/services.py", "from delivery import transport\n")
+
+
+def settings_read_outside_conf(path: str, source: str) -> list[str]:
+    """`settings.NAME` in an engine module other than delivery/conf.py."""
+    return [
+        f"{path}:{node.lineno} reads settings.{node.attr} (read it as delivery.conf.{node.attr})"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "settings"
+    ]
+
+
+def test_the_engine_reads_its_settings_in_one_place():
+    """Every engine setting has its default in delivery/conf.py and is read there."""
+    from delivery import conf
+
+    problems = [
+        problem
+        for app, path, source in app_sources()
+        if app == "delivery" and path != "delivery/conf.py"
+        for problem in settings_read_outside_conf(path, source)
+    ]
+    assert problems == []
+    assert settings_read_outside_conf("delivery/worker.py", "settings.NIGHTJAR_QUEUE\n")
+    for name, default in conf.DEFAULTS.items():
+        assert isinstance(getattr(conf, name), type(default)), name

@@ -1,0 +1,78 @@
+"""Each transport's Consumer keeps the written protocol
+(delivery/transport/protocol.py), against the real broker: RabbitMQ here,
+Redis Streams when bin/test runs the suite with NIGHTJAR_TEST_TRANSPORT=redis."""
+
+import pytest
+
+from delivery import transport
+from delivery.transport.protocol import Consumer as ConsumerProtocol
+
+pytestmark = pytest.mark.broker
+
+
+def take(consumer, count: int) -> list:
+    """The next count deliveries; consume() waits for them where get() may
+    not yet see them."""
+    taken = []
+    for delivery in consumer.consume(idle_seconds=0.2):
+        if delivery is None:
+            break
+        taken.append(delivery)
+        if len(taken) == count:
+            break
+    return taken
+
+
+def test_the_consumer_has_every_member_of_the_protocol():
+    consumer = transport.Consumer()
+    try:
+        assert isinstance(consumer, ConsumerProtocol)
+        assert consumer.lost == []
+        assert consumer.get() is None  # nothing published yet
+    finally:
+        consumer.close()
+
+
+def test_a_delivery_comes_with_its_body_and_goes_once_acked():
+    transport.publish_raw([b"first", b"second", b"third"])
+    consumer = transport.Consumer(prefetch=10)
+    try:
+        first, second, third = take(consumer, 3)
+        assert [d.body for d in (first, second, third)] == [b"first", b"second", b"third"]
+        assert not any(d.redelivered for d in (first, second, third))
+        consumer.ack(first.tag)
+        consumer.ack_many([second.tag, third.tag])
+    finally:
+        consumer.close()
+    again = transport.Consumer()
+    try:
+        assert again.get() is None  # acked: the broker forgot all three
+    finally:
+        again.close()
+
+
+def test_a_requeued_delivery_comes_again_redelivered():
+    transport.publish_raw([b"handed back"])
+    consumer = transport.Consumer()
+    try:
+        (delivery,) = take(consumer, 1)
+        consumer.requeue(delivery.tag)
+        (again,) = take(consumer, 1)
+        assert (again.body, again.redelivered) == (b"handed back", True)
+        consumer.ack(again.tag)
+    finally:
+        consumer.close()
+
+
+def test_what_is_not_acked_goes_back_when_the_consumer_closes():
+    transport.publish_raw([b"left unacked"])
+    consumer = transport.Consumer()
+    (delivery,) = take(consumer, 1)
+    consumer.close()
+    other = transport.Consumer()
+    try:
+        (again,) = take(other, 1)
+        assert (again.body, again.redelivered) == (b"left unacked", True)
+        other.ack(again.tag)
+    finally:
+        other.close()
