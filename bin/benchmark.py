@@ -87,7 +87,7 @@ from django.db.models import Max, Min  # noqa: E402
 
 from delivery import transport  # noqa: E402
 from delivery.transport import amqp  # noqa: E402
-from tickets import contract, services  # noqa: E402
+from tickets import contract  # noqa: E402
 from tickets.models import (  # noqa: E402
     Completion,
     DeliveryFailure,
@@ -98,6 +98,8 @@ from tickets.models import (  # noqa: E402
     StaffAction,
     Ticket,
 )
+from tickets.services.reconcile import reconcile_registrations  # noqa: E402
+from tickets.services.registrations import register_guest  # noqa: E402
 
 RUNS = 3
 RESULTS: dict[str, dict] = {}
@@ -447,7 +449,6 @@ def bench_desk(n: int) -> None:
 
 
 def bench_latency(rate: float, seconds: float) -> None:
-    from tickets import services
 
     say(f"End-to-end latency ({rate:.0f} registrations/s for {seconds:.0f} s, one worker in service mode)")
     p50s, p95s, p99s = [], [], []
@@ -462,7 +463,7 @@ def bench_latency(rate: float, seconds: float) -> None:
             delay = start + i / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            services.register_guest(name=f"Latency Guest {i}")
+            register_guest(name=f"Latency Guest {i}")
         wait_for_tickets(count, procs)
         stop(procs)
         latencies = sorted(
@@ -640,7 +641,7 @@ def bench_backlog(n: int) -> None:
             [Registration(name=f"Backlog {i}", created=old) for i in range(n)], batch_size=2000
         )
         started = time.monotonic()
-        report = services.reconcile_registrations()
+        report = reconcile_registrations()
         seconds.append(time.monotonic() - started)
         assert len(report.published) == n and report.remaining == 0, (len(report.published), report.remaining)
     figure = record("backlog", f"{n:,} republished by one reconcile", seconds, "s")

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from door.models import MAX_PAYLOAD, CheckIn, Scan, TicketDigest, digest
 from tickets.models import Registration, Ticket
-from tickets.services import NightjarError, record_staff_action
+from tickets.services.registrations import NightjarError
+from tickets.services.staff import record_staff_action
 
 NOT_OURS = "Not a ticket for this evening"
 SECRET_LENGTH = 43  # 32 random bytes, URL-safe base64 without padding (tickets.models.new_secrets)

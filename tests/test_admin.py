@@ -7,8 +7,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from delivery import transport
-from tickets import services
 from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
+from tickets.services.registrations import register_guest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,7 +85,7 @@ def test_search_finds_by_code_and_by_name(staff):
 def test_a_search_of_thousands_of_words_asks_the_database_a_few_of_them(staff, path):
     """Django makes one LIKE clause per word of the search box: a 4 KB search of
     2,000 words made a query of 2,000 clauses scanning every row 2,000 times."""
-    services.register_guest(name="Ada Lovelace")
+    register_guest(name="Ada Lovelace")
     with CaptureQueriesContext(connection) as queries:
         response = staff.get(path, {"q": " ".join(["ada"] * 2000)})
     assert response.status_code == 200
@@ -168,7 +168,7 @@ def test_repair_action_reports_refusals(staff):
 
 @pytest.mark.broker
 def test_delivery_status_page_counts_rows_and_the_queue(staff):
-    services.register_guest(name="Waiting Guest")
+    register_guest(name="Waiting Guest")
     with_tickets("Doubled", 2)
     page = staff.get(f"{CHANGELIST}delivery-status/").content.decode()
     assert "Delivery status" in page

@@ -14,8 +14,8 @@ from playwright.sync_api import expect, sync_playwright
 from pypdf import PdfReader
 
 from tests.conftest import ROOT
-from tickets import services
 from tickets.models import Registration
+from tickets.services.registrations import register_guest
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -92,7 +92,7 @@ def test_staff_see_the_desk_charts_after_a_burst_and_the_desk_refreshes_itself(s
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]  # what the site checks with
     User.objects.create_superuser("desk", "desk@example.org", "correct horse battery staple")
     for index in range(40):
-        services.register_guest(name=f"Burst Guest {index}")
+        register_guest(name=f"Burst Guest {index}")
     assert workers.run("--drain", "--batch", "10").returncode == 0
     serving = workers.start("--serve")
     serving.wait_for("Serving")

@@ -27,8 +27,11 @@ from tests import netns
 from tests.conftest import ROOT, Guest, Process, database_url
 from tests.helpers import until
 from tests.ports import free_cluster_port, free_port
-from tickets import services
 from tickets.models import Registration, Ticket
+from tickets.services.audit import audit_invariants
+from tickets.services.reconcile import reconcile_registrations
+from tickets.services.registrations import pending_registrations, register_guest
+from tickets.services.status import describe_replicas
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
 
@@ -227,13 +230,13 @@ def check_the_outcome(load: "Load", procs) -> None:
 def finish_and_audit(expected: int, deadline_seconds: float = 180) -> float:
     """Reconcile until nothing is pending, then audit. Returns the longest gap in tickets."""
     deadline = time.monotonic() + deadline_seconds
-    while services.pending_registrations().exists():
-        assert time.monotonic() < deadline, f"{services.pending_registrations().count()} still pending"
+    while pending_registrations().exists():
+        assert time.monotonic() < deadline, f"{pending_registrations().count()} still pending"
         with contextlib.suppress(transport.BrokerError):
-            services.reconcile_registrations(older_than=5)
+            reconcile_registrations(older_than=5)
         time.sleep(2)
     assert Registration.objects.count() == expected
-    report = services.audit_invariants(pending_older_than=0)
+    report = audit_invariants(pending_older_than=0)
     assert report.passed, report.violations
     assert Ticket.objects.count() == expected
     issued = sorted(Ticket.objects.values_list("issued", flat=True))
@@ -241,10 +244,10 @@ def finish_and_audit(expected: int, deadline_seconds: float = 180) -> float:
 
 
 def test_the_quorum_queue_has_a_replica_on_every_node_and_status_says_so(on_cluster):
-    services.register_guest(name="Replica Check")
+    register_guest(name="Replica Check")
     counts = transport.queue_counts()
     assert len(counts["members"]) == 3 and sorted(counts["online"]) == sorted(counts["members"])
-    line = services.describe_replicas(counts)
+    line = describe_replicas(counts)
     assert line.startswith(f"leader {counts['leader']}; 3 of 3 members online")
 
 
@@ -310,7 +313,7 @@ def test_a_paused_node_that_does_not_resume_is_started_when_its_peers_come_back(
     assert [proc.returncode for proc in procs] == [0, 0], outputs
     on_cluster.down -= set(lost)
     assert any(f"Node {paused} runs with its app stopped" in output for output in outputs), outputs
-    services.register_guest(name="After The Pause")  # the queue has its quorum again
+    register_guest(name="After The Pause")  # the queue has its quorum again
     counts = transport.queue_counts()
     assert sorted(counts["online"]) == sorted(counts["members"]) and len(counts["members"]) == 3
 
@@ -352,11 +355,11 @@ def test_registrations_right_after_the_leader_is_killed_each_get_one_ticket(
     timer = ["--reconcile-every", str(reconcile_every), "--older-than", "2"] if reconcile_every else []
     worker = workers.start("--serve", "--prefetch", "10", *timer)
     worker.wait_for("Serving")
-    services.register_guest(name="Before The Kill")  # this process's publisher is connected
+    register_guest(name="Before The Kill")  # this process's publisher is connected
     leader = on_cluster.leader(transport.queue_name())
     on_cluster.kill(leader)
     killed = time.monotonic()
-    guests = [services.register_guest(name=f"After The Kill {n}") for n in range(3)]
+    guests = [register_guest(name=f"After The Kill {n}") for n in range(3)]
     while Ticket.objects.filter(registration__in=guests).count() < 3 and time.monotonic() - killed < 90:
         time.sleep(0.1)
     got = Ticket.objects.filter(registration__in=guests).count()

@@ -8,8 +8,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from delivery import transport
-from tickets import services
 from tickets.models import Completion, Registration, StaffAction, Ticket
+from tickets.services.audit import audit_invariants
+from tickets.services.registrations import register_guest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,7 +85,7 @@ def test_repair_apply_refuses_with_a_clear_message(setup, message):
 
 @pytest.mark.broker
 def test_retry_publishes_a_new_delivery_and_the_worker_makes_no_second_ticket(workers):
-    registration = services.register_guest(name="Retry Guest")
+    registration = register_guest(name="Retry Guest")
     assert workers.run().returncode == 0
     output = run("retry", registration.code)
     assert f"Published a new delivery of {registration.code}" in output
@@ -110,9 +111,9 @@ def test_retry_says_so_when_rabbitmq_is_down(rabbit):
 
 @pytest.mark.broker
 def test_status_shows_each_state_totals_and_queue_depth(workers):
-    issued = services.register_guest(name="Issued Guest")
+    issued = register_guest(name="Issued Guest")
     workers.run()
-    pending = services.register_guest(name="Pending Guest")
+    pending = register_guest(name="Pending Guest")
     duplicated = with_duplicates(extra=1)
     output = run("status")
     assert f"{issued.code}  ticket issued" in output
@@ -142,7 +143,7 @@ def test_repair_issues_the_ticket_of_a_completion_key_whose_ticket_was_deleted()
     run("repair", registration.code, "--apply")
     ticket = registration.tickets.get()
     assert ticket.name == registration.name
-    assert services.audit_invariants().passed
+    assert audit_invariants().passed
 
 
 @pytest.mark.fast
@@ -165,7 +166,7 @@ def test_status_right_after_a_ctrl_c_at_after_commit_counts_the_queue_as_it_is_n
     attached, and the delivery back where the broker keeps it — RabbitMQ's
     queue (ready), Redis's pending list (unacknowledged until a worker claims
     it) — with no phantom held delivery or consumer while statistics catch up."""
-    registration = services.register_guest(name="Interrupted Guest")
+    registration = register_guest(name="Interrupted Guest")
     worker = workers.start("--pause", "after-commit")
     worker.wait_for(f"Received {registration.code} redelivered=False")
     worker.wait_for("Paused after-commit.")

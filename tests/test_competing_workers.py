@@ -5,17 +5,17 @@ import pytest
 from django.db.models import Count
 
 from tests.conftest import TRANSPORT
-from tickets import services
 from tickets.models import Completion, Registration, Ticket
+from tickets.services.registrations import register_guest, retry_registration
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize("mode", [(), ("--batch", "50")], ids=["per-delivery", "batch"])
 def test_three_workers_draining_300_registrations_published_twice_make_300_tickets(mode, workers):
-    registrations = [services.register_guest(name=f"Guest {n % 7}") for n in range(300)]
+    registrations = [register_guest(name=f"Guest {n % 7}") for n in range(300)]
     for registration in registrations:
-        services.retry_registration(code=registration.code, actor="test")
+        retry_registration(code=registration.code, actor="test")
 
     # One consumer name per worker, as each service instance has in production
     # (on Redis a shared name shares the pending list: see the test below).
@@ -37,7 +37,7 @@ def test_two_workers_under_one_consumer_name_may_both_take_an_entry_yet_make_one
     name another running worker uses reads that worker's unacknowledged
     entries as its own (redelivered=True). The completion key keeps it to one
     ticket. On RabbitMQ the name means nothing and this is plain competition."""
-    registration = services.register_guest(name="Shared Name")
+    registration = register_guest(name="Shared Name")
     env = {**workers.env, "NIGHTJAR_CONSUMER_NAME": "shared"}
     holder = workers.start("--pause", "after-commit", env=env)
     holder.wait_for("Paused after-commit.")  # committed, not acked

@@ -6,8 +6,8 @@ import signal
 import pytest
 
 from tests.helpers import MODES, break_tickets_table, mend_tickets_table
-from tickets import services
 from tickets.models import Completion, Ticket
+from tickets.services.registrations import register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -31,7 +31,7 @@ def rows() -> tuple[int, int]:
 @pytest.mark.parametrize("checkpoint", list(STATE_AFTER_DEATH))
 @pytest.mark.parametrize("how", ["SIGKILL", "Ctrl+C"])
 def test_worker_killed_at_a_checkpoint_ends_with_exactly_one_ticket(checkpoint, how, mode, workers):
-    registration = services.register_guest(name="Crash Test")
+    registration = register_guest(name="Crash Test")
     worker = workers.start(*mode, "--pause", checkpoint)
     assert worker.wait_for(f"Received {registration.code} redelivered=False")
     worker.wait_for(f"Paused {checkpoint}.")
@@ -59,7 +59,7 @@ def test_worker_killed_at_a_checkpoint_ends_with_exactly_one_ticket(checkpoint, 
 
 @MODES
 def test_enter_at_a_pause_continues_and_acks(mode, workers):
-    registration = services.register_guest(name="Patient Learner")
+    registration = register_guest(name="Patient Learner")
     worker = workers.start(*mode, "--pause", "inside-transaction")
     worker.wait_for("Paused inside-transaction.")
     worker.send("")
@@ -74,7 +74,7 @@ def test_enter_at_a_pause_continues_and_acks(mode, workers):
 @pytest.mark.parametrize(("crash", "status", "state"), [("before", 21, (0, 0)), ("after", 22, (1, 1))])
 @MODES
 def test_crash_switch_exits_abruptly_and_redelivery_makes_one_ticket(crash, status, state, mode, workers):
-    services.register_guest(name="Crash Switch")
+    register_guest(name="Crash Switch")
     result = workers.run(*mode, "--crash", crash)
     assert result.returncode == status, result.stdout + result.stderr
     assert rows() == state
@@ -85,7 +85,7 @@ def test_crash_switch_exits_abruptly_and_redelivery_makes_one_ticket(crash, stat
 
 @MODES
 def test_database_error_in_the_handler_leaves_the_delivery_unacked(mode, workers):
-    registration = services.register_guest(name="Unlucky Guest")
+    registration = register_guest(name="Unlucky Guest")
     break_tickets_table()
     try:
         failed = workers.run(*mode)

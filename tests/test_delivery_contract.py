@@ -11,9 +11,11 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from delivery import transport
+from delivery.recording import record_rejection
 from tests.helpers import MODES, break_tickets_table, mend_tickets_table, register_by_form
-from tickets import services
 from tickets.models import Completion, ParkedDelivery, Registration, RejectedMessage, Ticket
+from tickets.services.reconcile import reconcile_registrations
+from tickets.services.registrations import register_guest, retry_registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +30,7 @@ def amqp_publish(url: str, queue: str, body: bytes) -> None:
 @MODES
 def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, workers, test_settings):
     known = Registration.objects.create(name="Known Guest")
-    valid = services.register_guest(name="Valid Guest")
+    valid = register_guest(name="Valid Guest")
     transport.queue_counts()  # declares the queue for amqp-publish
     poison = {
         b"{this is not json": "not valid JSON",
@@ -44,7 +46,7 @@ def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, worker
         amqp_publish(test_settings.NIGHTJAR_BROKER_URL, test_settings.NIGHTJAR_QUEUE, body)
         worker.wait_for("Rejected a delivery")
     # The worker keeps going: a valid delivery after the poison is processed normally.
-    services.retry_registration(code=valid.code, actor="test")
+    retry_registration(code=valid.code, actor="test")
     worker.wait_for(f"Received {valid.code} redelivered=False")
     worker.wait_for("Handler returned.")
 
@@ -64,8 +66,8 @@ def test_a_redelivered_poison_body_is_recorded_once():
     body = b"{broken"
     first = transport.Delivery(body=body, tag=1, redelivered=False, message_id="")
     again = transport.Delivery(body=body, tag=2, redelivered=True, message_id="")
-    assert services.record_rejection(delivery=first, reason="not valid JSON") is not None
-    assert services.record_rejection(delivery=again, reason="not valid JSON") is None
+    assert record_rejection(delivery=first, reason="not valid JSON") is not None
+    assert record_rejection(delivery=again, reason="not valid JSON") is None
     assert RejectedMessage.objects.count() == 1
 
 
@@ -95,10 +97,10 @@ def test_reconcile_respects_the_grace_period_and_the_limit():
     old = [Registration.objects.create(name=f"Old {n}") for n in range(3)]
     Registration.objects.filter(pk__in=[r.pk for r in old]).update(created=timezone.now() - timedelta(minutes=5))
     Registration.objects.create(name="Fresh")  # inside the grace period: left alone
-    report = services.reconcile_registrations(limit=2, older_than=60, catch_up=False)
+    report = reconcile_registrations(limit=2, older_than=60, catch_up=False)
     assert report.published == [old[0].code, old[1].code]  # oldest first
     assert report.remaining == 1
-    report = services.reconcile_registrations(limit=2, older_than=60)  # catching up: passes until one is not full
+    report = reconcile_registrations(limit=2, older_than=60)  # catching up: passes until one is not full
     assert report.published == [r.code for r in old] and report.passes == 2 and report.remaining == 0
 
 
@@ -114,7 +116,7 @@ def test_serve_with_reconcile_every_picks_up_a_lost_publish(workers):
 @pytest.mark.broker
 @MODES
 def test_serve_hands_back_a_delivery_that_hits_a_database_error(mode, workers):
-    registration = services.register_guest(name="Database Trouble")
+    registration = register_guest(name="Database Trouble")
     break_tickets_table()
     try:
         worker = workers.start("--serve", *mode)
@@ -133,7 +135,7 @@ def test_a_delivery_that_keeps_failing_is_parked_by_the_worker_before_the_broker
     # what the broker counts (RabbitMQ 4.3 counts rejects only; 3.10 every return).
     settings.NIGHTJAR_DELIVERY_LIMIT = 2  # the queue is declared with it: the workers must agree
     workers.env = {**worker_env, "NIGHTJAR_DELIVERY_LIMIT": "2"}
-    registration = services.register_guest(name="Always Failing")
+    registration = register_guest(name="Always Failing")
     break_tickets_table()
     try:
         first = workers.run()

@@ -21,9 +21,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from delivery.worker import Worker
 from tests.conftest import Guest, free_port, start_gunicorn
 from tests.helpers import until
-from tickets import services
 from tickets.handler import handle
 from tickets.models import Completion, DeliveryFailure, Redelivery, Registration, StaffAction, Ticket, WorkerReport
+from tickets.services.activity import activity
+from tickets.services.history import HISTORY_PER_KIND
+from tickets.services.reconcile import reconcile_registrations
+from tickets.services.registrations import register_guest, retry_registration
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,13 +58,13 @@ def test_activity_counts_per_minute_and_latency_percentiles():
     for index in range(10):  # ten tickets issued 3 minutes ago, latencies 1..10 s
         made(f"Guest {index}", ago=180 + index + 1, waited=index + 1)
     made("Still Waiting", ago=30, waited=None)
-    activity = services.activity(window=timedelta(hours=1), bucket_seconds=60, now=now)
-    assert len(activity.registrations) == 60 and activity.totals == (11, 10)
-    issued_bucket = activity.tickets.index(max(activity.tickets))
-    assert activity.tickets[issued_bucket] == 10
-    assert activity.p50[issued_bucket] == 5.0 and activity.p99[issued_bucket] == 10.0
-    assert activity.p50[-1] is None  # no ticket in the last minute: no latency, not zero
-    day = services.activity(window=timedelta(days=1), bucket_seconds=900, now=now)
+    hour = activity(window=timedelta(hours=1), bucket_seconds=60, now=now)
+    assert len(hour.registrations) == 60 and hour.totals == (11, 10)
+    issued_bucket = hour.tickets.index(max(hour.tickets))
+    assert hour.tickets[issued_bucket] == 10
+    assert hour.p50[issued_bucket] == 5.0 and hour.p99[issued_bucket] == 10.0
+    assert hour.p50[-1] is None  # no ticket in the last minute: no latency, not zero
+    day = activity(window=timedelta(days=1), bucket_seconds=900, now=now)
     assert len(day.registrations) == 96 and day.totals == (11, 10)
 
 
@@ -121,7 +124,7 @@ def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff,
     settings.NIGHTJAR_WORKER_GONE_SECONDS = 3
     env = {**worker_env, "NIGHTJAR_WORKER_REPORT_SECONDS": "0.5"}
     for index in range(6):
-        services.register_guest(name=f"Table Guest {index}")
+        register_guest(name=f"Table Guest {index}")
     killed = workers.start("--serve", "--batch", "10", env=env)
     killed.wait_for("Serving")
     until(lambda: Ticket.objects.count() == 6, what="six tickets")
@@ -147,7 +150,7 @@ def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff,
 def test_a_one_shot_worker_is_labelled_as_one_and_reported_stopped_when_it_ends(workers, worker_env):
     """A learner's plain `worker --pause …` reports while it waits: the desk and
     status call it a one-delivery run (not "drain"), and stopped once it ended."""
-    services.register_guest(name="One Shot")
+    register_guest(name="One Shot")
     env = {**worker_env, "NIGHTJAR_WORKER_REPORT_SECONDS": "0.5"}
     paused = workers.start("--pause", "before-write", env=env)
     paused.wait_for("Paused before-write.")
@@ -178,12 +181,12 @@ def test_a_starting_worker_forgets_the_workers_not_seen_for_a_week(workers):
 
 @pytest.mark.broker
 def test_a_registration_page_tells_its_whole_history(staff, workers):
-    registration = services.register_guest(name="Long Story")
+    registration = register_guest(name="Long Story")
     crashed = workers.run("--crash", "before")  # takes the delivery and dies before writing
     assert crashed.returncode == 21
-    services.retry_registration(code=registration.code, actor="desk (admin)")
+    retry_registration(code=registration.code, actor="desk (admin)")
     Registration.objects.filter(pk=registration.pk).update(created=timezone.now() - timedelta(seconds=120))
-    services.reconcile_registrations(older_than=60)
+    reconcile_registrations(older_than=60)
     assert workers.run("--drain").returncode == 0
     redelivery = Redelivery.objects.get(registration=registration)
     assert redelivery.delivery >= 2
@@ -205,7 +208,7 @@ def test_metrics_are_for_staff_or_the_token_and_count_what_happened(client, staf
     assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
     before = samples(anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-1234").content.decode())
     for index in range(3):
-        services.register_guest(name=f"Counted {index}")
+        register_guest(name=f"Counted {index}")
     made("Already Done", ago=100, waited=1)
     response = staff.get("/metrics")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain; version=")
@@ -221,14 +224,14 @@ def test_metrics_are_for_staff_or_the_token_and_count_what_happened(client, staf
 def test_a_worker_serves_its_metrics_on_its_own_port(workers):
     # A worker crashes before writing the first registration's ticket: the one that serves
     # the metrics gets it redelivered, makes its ticket, and counts its latency too.
-    crashed = services.register_guest(name="Crashed Before")
+    crashed = register_guest(name="Crashed Before")
     assert workers.run("--crash", "before").returncode == 21
     port = free_port()
     worker = workers.start("--serve", "--metrics-port", str(port))
     worker.wait_for(f"Metrics on http://127.0.0.1:{port}/metrics")
     worker.wait_for("Serving")
     for index in range(4):
-        services.register_guest(name=f"Metered {index}")
+        register_guest(name=f"Metered {index}")
     until(lambda: Ticket.objects.count() == 5, what="five tickets")
     time.sleep(0.3)  # the last ack and metric after the commit
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -307,7 +310,7 @@ def test_the_workers_plain_statements_store_times_and_rows_as_the_orm_would():
     name, created = Registration.objects.stored([registration.pk])[registration.pk]
     # When it was stored, in seconds since the epoch (SQLite's julianday keeps milliseconds).
     assert name == "Plain Writer" and abs(created - registration.created.timestamp()) < 0.002
-    assert services.activity(window=timedelta(hours=1), bucket_seconds=60).totals == (1, 1)
+    assert activity(window=timedelta(hours=1), bucket_seconds=60).totals == (1, 1)
 
 
 @pytest.mark.fast
@@ -331,7 +334,7 @@ def test_a_registration_redelivered_thousands_of_times_shows_a_bounded_history(s
     """Hostile or sick traffic can leave thousands of events on one registration:
     its page shows the newest of each kind, says how many it left out, and
     still counts them all (a loop over every row cost seconds per page view)."""
-    registration = services.register_guest(name="Many Returns")
+    registration = register_guest(name="Many Returns")
     now = timezone.now()
     Redelivery.objects.bulk_create(
         Redelivery(registration=registration, worker="w:1", delivery=n + 2, at=now + timedelta(milliseconds=n))
@@ -344,10 +347,10 @@ def test_a_registration_redelivered_thousands_of_times_shows_a_bounded_history(s
     page = staff.get(f"/admin/tickets/registration/{registration.pk}/change/").content.decode()
     history = page[page.index('<table class="history">') :]
     steps = re.findall(r"<tr><td>[^<]+</td><td>([^<]+)</td>", history)
-    assert steps.count("delivered again") == services.HISTORY_PER_KIND
-    assert steps.count("attempt failed") == services.HISTORY_PER_KIND
+    assert steps.count("delivered again") == HISTORY_PER_KIND
+    assert steps.count("attempt failed") == HISTORY_PER_KIND
     assert steps[:2] == ["registered", "not shown"]
-    assert f"{3000 + 2000 - 2 * services.HISTORY_PER_KIND} older event(s)" in history
+    assert f"{3000 + 2000 - 2 * HISTORY_PER_KIND} older event(s)" in history
     assert "delivery 3001, to worker w:1" in history  # the newest is shown, the oldest not
     assert "delivery 2, to worker" not in history
     assert "3000 redelivery(ies) recorded, 2000 failed attempt(s)." in page

@@ -26,14 +26,15 @@ from django.test import Client
 from door import services
 from door.models import CheckIn, Scan
 from tests.conftest import database_url, start_gunicorn
-from tickets import services as ticket_services
 from tickets.models import Registration, StaffAction, Ticket
+from tickets.services.demo import seed_demo
+from tickets.services.repair import repair_registration
 
 pytestmark = pytest.mark.django_db
 
 
 def mina() -> Ticket:
-    registration, _ = ticket_services.seed_demo()
+    registration, _ = seed_demo()
     return registration.tickets_in_order().get()
 
 
@@ -124,7 +125,7 @@ def test_a_ticket_that_repair_removed_answers_replaced_by_the_kept_one():
     both = scan(duplicate.secret)
     assert both.colour == "red" and "has 2 tickets" in both.detail  # nobody gets in until staff repair it
 
-    ticket_services.repair_registration(code=ticket.registration.code, actor="desk")
+    repair_registration(code=ticket.registration.code, actor="desk")
     removed = scan(duplicate.secret)
     assert (removed.colour, removed.sentence) == ("red", f"Replaced by {ticket.number}")
     assert scan(duplicate.number, typed=True).sentence == f"Replaced by {ticket.number}"

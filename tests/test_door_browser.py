@@ -19,7 +19,7 @@ from pypdf import PdfReader
 from door.models import CheckIn, Scan
 from tests.test_browser import ARTIFACTS, chromium
 from tickets import pdf
-from tickets import services as ticket_services
+from tickets.services.demo import seed_demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,7 +65,7 @@ def test_the_fake_camera_checks_mina_in_refuses_a_forgery_and_queues_scans_offli
     site, monkeypatch, settings, tmp_path
 ):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]  # what the site checks with
-    registration, _ = ticket_services.seed_demo()
+    registration, _ = seed_demo()
     ticket = registration.tickets_in_order().get()
     door_staff()
     png = io.BytesIO()

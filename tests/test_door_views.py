@@ -14,14 +14,14 @@ from django.urls import reverse
 
 from door.models import CheckIn, Scan
 from nightjar.logs import MaskSecrets
-from tickets import services as ticket_services
 from tickets.models import Ticket
+from tickets.services.demo import seed_demo
 
 pytestmark = pytest.mark.django_db
 
 
 def mina() -> Ticket:
-    registration, _ = ticket_services.seed_demo()
+    registration, _ = seed_demo()
     return registration.tickets_in_order().get()
 
 

@@ -6,7 +6,9 @@ import pytest
 from django.core.management.base import CommandError
 
 from delivery import exits, transport
-from tickets import lab, services
+from tickets import lab
+from tickets.services.registrations import UnknownRegistration
+from tickets.services.repair import RepairRefused
 
 pytestmark = pytest.mark.fast
 
@@ -14,8 +16,8 @@ pytestmark = pytest.mark.fast
 @pytest.mark.parametrize(
     ("error", "status", "message"),
     [
-        (services.UnknownRegistration("There is no registration R-0099."), 1, "There is no registration R-0099."),
-        (services.RepairRefused("Nothing to repair."), 1, "Nothing to repair."),
+        (UnknownRegistration("There is no registration R-0099."), 1, "There is no registration R-0099."),
+        (RepairRefused("Nothing to repair."), 1, "Nothing to repair."),
         (lab.LabModeOff("Lab mode is off."), 2, "Lab mode is off."),
         (lab.HandlerError("lab/handler.py, line 3: invalid syntax"), 2, "lab/handler.py, line 3: invalid syntax"),
         (transport.BrokerError("RabbitMQ is unavailable."), 3, "Stopped: RabbitMQ is unavailable."),

@@ -7,8 +7,8 @@ from django.core.management import call_command
 from pypdf import PdfReader
 
 from tests.helpers import register_by_form
-from tickets import services
 from tickets.models import Registration, Ticket
+from tickets.services.registrations import register_guest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,7 +118,7 @@ def test_a_wrong_or_missing_secret_is_a_404(client):
 
 @pytest.mark.broker
 def test_the_status_endpoint_needs_the_secret_and_says_when_the_ticket_is_ready(client, workers):
-    registration = services.register_guest(name="Polling Guest")
+    registration = register_guest(name="Polling Guest")
     url = f"/registrations/{registration.code}/{registration.secret}/status.json"
     assert client.get(url).json() == {"id": registration.code, "ready": False, "ticket_url": None}
     assert client.get(url.replace(registration.secret, "x" * len(registration.secret))).status_code == 404

@@ -26,9 +26,10 @@ from django.test import Client
 from delivery.worker import Worker
 from nightjar import keys
 from tests.conftest import ROOT, Guest, start_gunicorn
-from tickets import contract, services, views
+from tickets import contract, views
 from tickets.handler import handle
 from tickets.models import Registration, Ticket
+from tickets.services.registrations import register_guest
 
 ZALGO = "a" + "\u0301" * 5000  # past any name; 1.3 million of these took a worker down
 
@@ -173,7 +174,7 @@ def forged_session(data) -> str:
 @pytest.mark.django_db
 def test_a_cookie_signed_with_the_key_lists_no_registration_it_cannot_prove(client, settings):
     settings.NIGHTJAR_LAB = False
-    guests = [services.register_guest(name=f"Guest {i}", submission_key=None) for i in range(3)]
+    guests = [register_guest(name=f"Guest {i}", submission_key=None) for i in range(3)]
     pks = [guest.pk for guest in guests]
     for listed in (pks, [[pk, "not-the-secret"] for pk in pks], {"x": pks}, [[pks[0], guests[1].secret]]):
         client.cookies[django_settings.SESSION_COOKIE_NAME] = forged_session({views.SESSION_KEY: listed})
@@ -269,7 +270,7 @@ def test_no_log_stream_of_gunicorn_carries_a_guest_secret(worker_env):
 @pytest.mark.fast
 @pytest.mark.django_db
 def test_guest_pages_with_the_secret_in_their_url_are_never_cached(client):
-    registration = services.register_guest(name="Cache Probe", submission_key=None)
+    registration = register_guest(name="Cache Probe", submission_key=None)
     base = f"/registrations/{registration.code}/{registration.secret}/"
     Ticket.objects.create(registration=registration, name=registration.name)
     for path in (base, base + "status.json", base + "ticket/", base + "ticket/download/"):
@@ -345,7 +346,7 @@ def test_gunicorn_faces_only_a_buffering_proxy():
 def test_a_client_polling_readiness_costs_one_broker_look_per_second(client, monkeypatch, settings):
     settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 1.0
     looks, now = [], [1000.0]
-    monkeypatch.setattr(services, "dependency_health", lambda: looks.append(1) or {"database": "ok", "rabbitmq": "ok"})
+    monkeypatch.setattr(views, "dependency_health", lambda: looks.append(1) or {"database": "ok", "rabbitmq": "ok"})
     monkeypatch.setattr(views, "clock", lambda: now[0])
     monkeypatch.setattr(views, "_health", None)
     for _ in range(50):

@@ -18,9 +18,9 @@ from delivery import transport
 from delivery.transport import memory
 from delivery.worker import Worker
 from tests.helpers import break_tickets_table, mend_tickets_table
-from tickets import services
 from tickets.handler import handle
 from tickets.models import Completion, Registration, RejectedMessage, Ticket
+from tickets.services.registrations import register_guest, retry_registration
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
 
@@ -70,9 +70,9 @@ def test_the_in_memory_queue_keeps_unacked_deliveries_and_dead_letters_past_the_
 
 @BATCH
 def test_registrations_published_twice_become_one_ticket_each_in_process(batch):
-    registrations = [services.register_guest(name=f"Guest {n % 7}") for n in range(20)]
+    registrations = [register_guest(name=f"Guest {n % 7}") for n in range(20)]
     for registration in registrations:
-        services.retry_registration(code=registration.code, actor="test")
+        retry_registration(code=registration.code, actor="test")
 
     handled, _ = drain(batch)
 
@@ -85,7 +85,7 @@ def test_registrations_published_twice_become_one_ticket_each_in_process(batch):
 
 @BATCH
 def test_a_poison_body_is_recorded_once_and_acked_in_process(batch):
-    valid = services.register_guest(name="Valid Guest")
+    valid = register_guest(name="Valid Guest")
     transport.publish_raw([b"{this is not json", b'{"id":"R-99999999","name":"Nobody","v":1}'])
 
     drain(batch)
@@ -97,7 +97,7 @@ def test_a_poison_body_is_recorded_once_and_acked_in_process(batch):
 
 
 def test_a_database_error_in_process_leaves_the_delivery_for_a_later_run():
-    registration = services.register_guest(name="Unlucky Guest")
+    registration = register_guest(name="Unlucky Guest")
     break_tickets_table()
     try:
         with pytest.raises(Exception, match="tickets_ticket"):

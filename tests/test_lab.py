@@ -8,8 +8,8 @@ import time
 import pytest
 
 from tests.conftest import ROOT, TRANSPORT
-from tickets import services
 from tickets.models import Ticket
+from tickets.services.registrations import register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +22,7 @@ def test_unknown_checkpoint_is_refused_with_the_valid_names(workers):
 
 
 def test_pause_with_drain_stops_at_every_delivery(workers):
-    first, second = services.register_guest(name="First"), services.register_guest(name="Second")
+    first, second = register_guest(name="First"), register_guest(name="Second")
     worker = workers.start("--drain", "--pause", "after-commit")
     worker.wait_for(f"Received {first.code} redelivered=False")
     worker.wait_for("Paused after-commit.")
@@ -38,7 +38,7 @@ def test_pause_with_drain_stops_at_every_delivery(workers):
 
 @pytest.mark.amqp_only  # AMQP heartbeats; a paused Redis consumer holds its entries without any
 def test_a_long_pause_keeps_the_connection_so_nobody_else_gets_the_delivery(workers, worker_env):
-    registration = services.register_guest(name="Slow Learner")
+    registration = register_guest(name="Slow Learner")
     heartbeat_env = {**worker_env, "NIGHTJAR_BROKER_URL": worker_env["NIGHTJAR_BROKER_URL"] + "?heartbeat=1"}
     paused = workers.start("--pause", "before-write", env=heartbeat_env)
     paused.wait_for("Paused before-write.")
@@ -96,7 +96,7 @@ def test_verify_handler_fails_no_completion_key_because_it_duplicates(worker_env
 
 
 def test_verify_handler_never_touches_the_real_queue_or_data(worker_env):
-    registration = services.register_guest(name="Real Guest")
+    registration = register_guest(name="Real Guest")
     assert verify("tickets.handler.handle", worker_env).returncode == 0
     assert Ticket.objects.count() == 0
     # The real delivery is still waiting in the real queue.

@@ -12,8 +12,10 @@ import pytest
 
 from delivery import transport
 from tests.conftest import ROOT
-from tickets import lab, services
+from tickets import lab
 from tickets.models import Completion, Registration
+from tickets.services.demo import seed_demo
+from tickets.services.registrations import register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -61,7 +63,7 @@ def learner(worker_env, workers, tmp_path, settings):
     settings.NIGHTJAR_LAB_DIR = tmp_path
     env = {**worker_env, "NIGHTJAR_LAB": "1", "NIGHTJAR_LAB_DIR": str(tmp_path)}
     workers.env = env
-    services.seed_demo()
+    seed_demo()
     return Learner(env, workers)
 
 
@@ -110,10 +112,10 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
     assert lab.handler_file().read_text() == lab.START_FILE.read_text()
 
     # Step 1: the starting handler acks first. The normal flow works...
-    normal = services.register_guest(name="Normal guest")
+    normal = register_guest(name="Normal guest")
     assert learner.worker() == f"Received {normal.code} redelivered=False\nHandler returned.\n"
     # ...but Ctrl+C before the write loses the delivery: RabbitMQ was told "done".
-    early = services.register_guest(name="Early ack")
+    early = register_guest(name="Early ack")
     interrupted = learner.interrupt_at("before-write", early.code)
     assert f"the delivery was already acked, so {transport.name()} has forgotten it: nothing goes back." in interrupted
     assert learner.worker().strip() == "No ready registrations"
@@ -130,14 +132,14 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
 
     # Step 2: the ack after the commit. Interrupted before the write: redelivered, one ticket.
     lab.handler_file().write_text(ACK_AFTER_COMMIT)
-    moved = services.register_guest(name="Ack after commit")
+    moved = register_guest(name="Ack after commit")
     assert f"Interrupted; the delivery goes back to {transport.name()}." in learner.interrupt_at(
         "before-write", moved.code
     )
     assert f"Received {moved.code} redelivered=True" in learner.worker()
     assert moved.tickets.count() == 1
     # Interrupted after the commit: the redelivery makes a second ticket.
-    second = services.register_guest(name="Second window")
+    second = register_guest(name="Second window")
     learner.interrupt_at("after-commit", second.code)
     assert second.tickets.count() == 1
     assert f"Received {second.code} redelivered=True" in learner.worker()
@@ -153,16 +155,16 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
 
     # Step 3: the completion key in the same transaction.
     lab.handler_file().write_text(WITH_COMPLETION_KEY)
-    inside = services.register_guest(name="Inside")
+    inside = register_guest(name="Inside")
     learner.interrupt_at("inside-transaction", inside.code)
     assert not Completion.objects.filter(registration=inside).exists() and not inside.tickets.exists()  # rolled back
     assert f"Received {inside.code} redelivered=True" in learner.worker()
-    after = services.register_guest(name="After commit")
+    after = register_guest(name="After commit")
     learner.interrupt_at("after-commit", after.code)
     assert f"Received {after.code} redelivered=True" in learner.worker()
     assert after.tickets.count() == 1
     for _ in range(2):
-        services.register_guest(name="Same name")
+        register_guest(name="Same name")
     assert "Drained 2 deliveries" in learner.worker("--drain")
     assert [r.tickets.count() for r in Registration.objects.filter(name="Same name")] == [1, 1]
 
@@ -207,7 +209,7 @@ def test_lab_start_step_writes_that_steps_handler_and_leaves_the_data(learner):
 
     # Step 2's file really is the ack after the commit: Ctrl+C before the write gives the delivery back.
     assert learner.manage("lab", "start", "--step", "2", "--force").returncode == 0
-    retry = services.register_guest(name="Retry guest")
+    retry = register_guest(name="Retry guest")
     learner.interrupt_at("before-write", retry.code)
     assert f"Received {retry.code} redelivered=True" in learner.worker()
     assert retry.tickets.count() == 1 and not Completion.objects.filter(registration=retry).exists()
@@ -226,7 +228,7 @@ def test_lab_start_step_writes_that_steps_handler_and_leaves_the_data(learner):
 def test_a_broken_learner_file_gets_a_short_message_and_the_delivery_stays(learner, broken, message):
     learner.manage("lab", "start")
     lab.handler_file().write_text(broken)
-    registration = services.register_guest(name="Waiting Guest")
+    registration = register_guest(name="Waiting Guest")
     result = learner.workers.run()
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
@@ -249,7 +251,7 @@ def test_lab_commands_refuse_outside_lab_mode(learner):
 
 def test_outside_lab_mode_the_worker_never_runs_the_learners_file(learner):
     learner.manage("lab", "start")
-    registration = services.register_guest(name="Production Guest")
+    registration = register_guest(name="Production Guest")
     env = {**learner.env, "NIGHTJAR_LAB": "0"}
     result = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "worker"], env=env, capture_output=True, text=True, timeout=60
@@ -266,14 +268,14 @@ def test_the_web_process_never_imports_the_learners_file(learner, client):
 
 
 def test_lab_reset_asks_first_and_keeps_mina_patel(learner):
-    services.register_guest(name="To Be Deleted")
+    register_guest(name="To Be Deleted")
     refused = learner.manage("lab", "reset")
     assert refused.returncode == 2 and "add --yes" in refused.stderr
     assert Registration.objects.count() == 2
     done = learner.manage("lab", "reset", "--yes")
     assert "Deleted 1 registrations; Mina Patel (R-0001) and her ticket are back" in done.stdout
     assert list(Registration.objects.values_list("pk", "name")) == [(1, "Mina Patel")]
-    assert services.register_guest(name="Next Guest").code == "R-0002"  # the lab's outputs hold again
+    assert register_guest(name="Next Guest").code == "R-0002"  # the lab's outputs hold again
     assert learner.worker().strip().startswith("Received R-0002")
 
 
@@ -308,7 +310,7 @@ def test_lab_check_prints_each_check_as_it_is_decided(learner):
 def test_a_serving_worker_interrupted_at_a_pause_is_reported_stopped(learner):
     """Ctrl+C at a checkpoint of `worker --serve`: status lists it stopped at
     once, not running until its report goes stale."""
-    registration = services.register_guest(name="Normal guest")
+    registration = register_guest(name="Normal guest")
     worker = learner.workers.start("--serve", "--pause", "after-commit")
     worker.wait_for(f"Received {registration.code} redelivered=")
     worker.wait_for("Paused after-commit.")
@@ -328,7 +330,7 @@ def test_lab_check_passes_for_the_lessons_path_alone(learner):
     assert started.returncode == 0, started.stderr
     assert "Next: docs/lab.md, step 3." in started.stdout
     assert lab.handler_file().read_text() == lab.STEP_FILES[3].read_text()
-    made = [services.register_guest(name=name) for name in lab.LESSON_GUESTS]
+    made = [register_guest(name=name) for name in lab.LESSON_GUESTS]
     assert "Drained 4 deliveries" in learner.worker("--drain")
     status, output = learner.check()
     assert status == 0, output
@@ -340,7 +342,7 @@ def test_a_worker_interrupted_as_soon_as_it_says_paused_is_in_status(learner):
     """A learner quick on Ctrl+C: the moment `Paused before-write.` is on the
     screen the worker has reported itself, so status lists it (stopped, with
     its pause) however soon the key comes."""
-    registration = services.register_guest(name="Retry guest")
+    registration = register_guest(name="Retry guest")
     worker = learner.workers.start("--pause", "before-write")
     worker.wait_for(f"Received {registration.code} redelivered=False")
     worker.wait_for("Paused before-write.")

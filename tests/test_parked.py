@@ -15,8 +15,9 @@ from django.core.management import call_command
 
 from delivery import transport
 from tests.helpers import break_tickets_table, mend_tickets_table
-from tickets import contract, services
+from tickets import contract
 from tickets.models import DeliveryFailure, ParkedDelivery, RejectedMessage, StaffAction
+from tickets.services.registrations import parked_without_ticket, register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 LIMIT = 2  # the broker's backstop (Redis: the transport's) dead-letters on the third return
@@ -58,7 +59,7 @@ def fail_until_parked(workers, registration) -> None:
 
 
 def test_interruptions_alone_use_up_the_limit_but_the_registration_comes_back(low_limit):
-    registration = services.register_guest(name="Often Interrupted")
+    registration = register_guest(name="Often Interrupted")
     outputs = [interrupt_at_a_checkpoint(low_limit) for _ in range(LIMIT + 1)]
     assert "No ready registrations" in low_limit.run().stdout  # dead-lettered (Redis: by this read)
     assert "No failure is recorded, so it never counts towards parking (2 failed attempts)." in outputs[0]
@@ -80,7 +81,7 @@ def test_interruptions_alone_use_up_the_limit_but_the_registration_comes_back(lo
 
 
 def test_a_registration_that_keeps_failing_is_parked_with_its_error_and_reconcile_leaves_it(low_limit):
-    registration = services.register_guest(name="Always Failing")
+    registration = register_guest(name="Always Failing")
     fail_until_parked(low_limit, registration)
     assert DeliveryFailure.objects.filter(registration=registration).count() == LIMIT
 
@@ -107,12 +108,12 @@ def test_a_registration_that_keeps_failing_is_parked_with_its_error_and_reconcil
 
 
 def test_a_discarded_registration_stays_parked_and_out_of_the_waiting_list(low_limit):
-    registration = services.register_guest(name="Given Up")
+    registration = register_guest(name="Given Up")
     fail_until_parked(low_limit, registration)
     run("parked", "collect")
     assert "Discarded" in run("parked", "discard", registration.code)
     assert "0 parked deliveries wait for staff" in run("parked")
-    assert registration.code in [r.code for r in services.parked_without_ticket()]
+    assert registration.code in [r.code for r in parked_without_ticket()]
     assert "Republished 0" in run("reconcile", "--older-than", "0")
     with pytest.raises(Exception, match="no parked delivery waiting"):
         call_command("parked", "discard", registration.code)
@@ -128,7 +129,7 @@ def test_a_hostile_body_found_in_the_dead_letter_queue_becomes_a_rejected_messag
 
 
 def test_staff_requeue_from_the_parked_desk_after_a_plan_and_view_only_staff_cannot(low_limit, client):
-    registration = services.register_guest(name="Desk Requeue")
+    registration = register_guest(name="Desk Requeue")
     fail_until_parked(low_limit, registration)
     run("parked", "collect")
     parked = ParkedDelivery.objects.get(registration=registration)

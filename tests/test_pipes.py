@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tickets import services
 from tickets.models import DeliveryFailure
+from tickets.services.registrations import register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 )
 def test_a_command_whose_reader_went_away_exits_quietly(worker_env, command):
     for number in range(3):
-        services.register_guest(name=f"Piped Guest {number}")
+        register_guest(name=f"Piped Guest {number}")
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the command writes its first line
     try:

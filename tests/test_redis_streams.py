@@ -17,8 +17,9 @@ import pytest
 from delivery import transport
 from tests.conftest import ROOT
 from tests.ports import free_port
-from tickets import services
 from tickets.models import DeliveryFailure, Registration
+from tickets.services.reconcile import reconcile_registrations
+from tickets.services.registrations import register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -62,7 +63,7 @@ def as_consumer(workers, name: str) -> dict:
 
 
 def test_an_entry_whose_worker_was_killed_is_claimed_by_another_and_makes_one_ticket(redis_server, workers):
-    registration = services.register_guest(name="Claimed Guest")
+    registration = register_guest(name="Claimed Guest")
     first = workers.start("--pause", "after-commit", env=as_consumer(workers, "first"))
     first.wait_for("Paused after-commit.")  # committed, not acknowledged
     first.proc.kill()
@@ -79,7 +80,7 @@ def test_an_entry_whose_worker_was_killed_is_claimed_by_another_and_makes_one_ti
 
 
 def test_an_entry_trimmed_before_it_was_handled_is_reported_and_reconcile_republishes_it(redis_server, workers):
-    registration = services.register_guest(name="Trimmed Guest")
+    registration = register_guest(name="Trimmed Guest")
     holder = workers.start("--pause", "before-write", env=as_consumer(workers, "holder"))
     holder.wait_for("Paused before-write.")
     holder.proc.kill()
@@ -103,7 +104,7 @@ def test_an_entry_trimmed_before_it_was_handled_is_reported_and_reconcile_republ
     assert record.error == f"Entry {entry} of {transport.queue_name()} was trimmed before it was handled"
     assert record.worker.startswith(f"{socket.gethostname()}:") and record.registration is None
 
-    services.reconcile_registrations(older_than=0)
+    reconcile_registrations(older_than=0)
     assert f"Received {registration.code} redelivered=False" in workers.run().stdout
     assert registration.tickets.count() == 1
 
@@ -112,13 +113,13 @@ def test_redis_killed_and_restarted_mid_run_loses_no_registration(redis_server, 
     worker = workers.start("--serve", "--batch", "10", env=as_consumer(workers, "steady"))
     worker.wait_for("Serving")
     for n in range(40):
-        services.register_guest(name=f"Steady {n}")
+        register_guest(name=f"Steady {n}")
         if n == 20:
             redis_server.kill_9()
             redis_server.start()  # the AOF brings back every acknowledged entry
     deadline = time.monotonic() + 60
     while Registration.objects.filter(tickets__isnull=True).exists():
-        services.reconcile_registrations(older_than=0)  # what the outage left unpublished
+        reconcile_registrations(older_than=0)  # what the outage left unpublished
         assert time.monotonic() < deadline, "not every registration got its ticket"
         time.sleep(1)
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())

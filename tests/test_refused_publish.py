@@ -6,8 +6,8 @@ that backoff is for brokers that cannot be reached."""
 import pytest
 
 from delivery import transport
-from tickets import services
 from tickets.models import Registration
+from tickets.services.registrations import publish_registration
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
 
@@ -22,7 +22,7 @@ def test_a_refused_publish_does_not_make_the_next_ones_skip_the_broker(rabbit, s
         accepted = 0
         while True:  # a quorum queue's limit is soft: it refuses once it is over it
             try:
-                services.publish_registration(refused)
+                publish_registration(refused)
             except transport.BrokerError as error:
                 assert "refused the message" in str(error)
                 break
@@ -30,8 +30,8 @@ def test_a_refused_publish_does_not_make_the_next_ones_skip_the_broker(rabbit, s
             assert accepted <= 3, "RabbitMQ never refused a publish past max-length"
         for _ in range(2):  # the second is refused by RabbitMQ too, not skipped by a backoff
             with pytest.raises(transport.BrokerError, match="refused the message"):
-                services.publish_registration(refused)
+                publish_registration(refused)
     finally:
         rabbit.ctl("clear_policy", "refuse-all")
-    services.publish_registration(Registration.objects.create(name="Next Guest"))  # no backoff in the way
+    publish_registration(Registration.objects.create(name="Next Guest"))  # no backoff in the way
     assert transport.queue_counts()["ready"] == accepted + 1

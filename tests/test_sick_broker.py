@@ -16,8 +16,9 @@ from delivery import transport
 from delivery.transport import Backoff, amqp
 from tests.conftest import ROOT, Guest
 from tests.ports import free_port
-from tickets import services
 from tickets.models import Registration
+from tickets.services.reconcile import reconcile_registrations
+from tickets.services.registrations import publish_registration, register_guest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Generous: the deadline is 1 s; this bound only catches a wait with none.
@@ -53,7 +54,7 @@ def test_posts_on_an_open_connection_and_on_a_new_one_answer_fast_when_rabbitmq_
     assert health_seconds < POST_BOUND
     assert Registration.objects.count() == 5
     # Thawed: reconcile publishes what was left, and the worker makes every ticket.
-    assert services.reconcile_registrations(older_than=0).published
+    assert reconcile_registrations(older_than=0).published
     assert "Drained" in workers.run("--drain").stdout
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())
 
@@ -82,7 +83,7 @@ def test_posts_during_a_memory_alarm_answer_fast_and_are_published_after_it(site
     report("POST during a memory alarm", times)
     assert max(times) < POST_BOUND
     assert sum(times[1:]) < POST_BOUND  # the blocked connection is noticed: later POSTs do not wait again
-    services.reconcile_registrations(older_than=0)
+    reconcile_registrations(older_than=0)
     workers.run("--drain")
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())
 
@@ -94,7 +95,7 @@ def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, worker
     with rabbit.frozen():
         worker.wait_for(f"{transport.name()} is unavailable; reconnecting", timeout=60)
         assert worker.proc.poll() is None
-    registration = services.register_guest(name="After The Thaw")
+    registration = register_guest(name="After The Thaw")
     worker.wait_for(f"Received {registration.code}", timeout=90)
     worker.wait_for("Handler returned.")
     assert worker.proc.poll() is None
@@ -156,7 +157,7 @@ def test_a_nacked_publish_gets_a_fresh_connection_for_the_next_one(rabbit):
     publish nacked until the connection is reopened: a nack must drop the
     connection. RabbitMQ nacks for real here: a policy makes the queue refuse
     new messages (max-length 0, reject-publish)."""
-    registration = services.register_guest(name="Nacked Guest")  # the publisher's connection is open now
+    registration = register_guest(name="Nacked Guest")  # the publisher's connection is open now
     before = amqp.publisher._thread.connection
     assert before is not None and before.is_open
     policy = f"nack-{transport.queue_name()}"
@@ -165,7 +166,7 @@ def test_a_nacked_publish_gets_a_fresh_connection_for_the_next_one(rabbit):
         deadline = time.monotonic() + 10  # a policy applies within moments
         while True:
             try:
-                services.publish_registration(registration)
+                publish_registration(registration)
             except transport.BrokerError as error:
                 refused = str(error)
                 break
@@ -176,7 +177,7 @@ def test_a_nacked_publish_gets_a_fresh_connection_for_the_next_one(rabbit):
     assert "RabbitMQ refused the message" in refused
     assert amqp.publisher._thread.connection is None  # dropped, not kept for the next publish
     time.sleep(Backoff.START + 0.1)  # the publisher's backoff after a failure
-    services.publish_registration(registration)
+    publish_registration(registration)
     after = amqp.publisher._thread.connection
     assert after is not None and after is not before and after.is_open
 
@@ -193,7 +194,7 @@ def test_a_node_list_is_tried_in_a_shuffled_order_past_a_dead_node(rabbit, setti
     assert all(p.connection_attempts == 1 and p.heartbeat == 10 for p in amqp.parameters())
     assert amqp.masked_url().count(":***@") == 2 and "guest:guest" not in amqp.masked_url()
     started = time.monotonic()
-    registrations = [services.register_guest(name=f"Listed Node {n}") for n in range(5)]
+    registrations = [register_guest(name=f"Listed Node {n}") for n in range(5)]
     assert time.monotonic() - started < POST_BOUND
     assert "Drained 5" in workers.run("--drain").stdout
     assert all(r.tickets.count() == 1 for r in registrations)

@@ -15,8 +15,10 @@ from django.utils import timezone
 
 from delivery import transport
 from tests.conftest import ROOT
-from tickets import contract, services
+from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration
+from tickets.services.parking import collect_dead_letters, requeue_parked
+from tickets.services.registrations import NightjarError, pending_registrations, register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +34,7 @@ def run(*args) -> str:
 def keyless_ticket(workers, name: str = "Early Ack") -> Registration:
     """A registration whose ticket the starting handler made (it writes no key),
     registered long enough ago that reconcile's grace period is over."""
-    registration = services.register_guest(name=name)
+    registration = register_guest(name=name)
     result = workers.run("--handler", START_HANDLER)
     assert f"Received {registration.code}" in result.stdout, result.stdout + result.stderr
     assert registration.tickets.count() == 1
@@ -54,12 +56,12 @@ def test_reconcile_does_not_publish_a_ticket_without_its_key(workers):
     assert registration.code not in output
     assert transport.queue_counts()["ready"] == 0
     safe_worker_makes_no_second_ticket(workers, registration)
-    assert services.pending_registrations().count() == 0
+    assert pending_registrations().count() == 0
 
 
 def test_reconcile_timer_of_a_serving_worker_does_not_publish_it(workers):
     registration = keyless_ticket(workers)
-    waiting = services.register_guest(name="Lost Publish")
+    waiting = register_guest(name="Lost Publish")
     transport.purge_queues()  # its publish was lost: only the timer's reconcile can bring it
     Registration.objects.filter(pk=waiting.pk).update(created=timezone.now() - timedelta(hours=1))
     worker = workers.start("--serve", "--reconcile-every", "0.2", "--older-than", "0")
@@ -98,8 +100,8 @@ def test_retry_refuses_a_ticket_without_its_key_and_says_what_to_do(workers, sta
 def test_requeue_of_a_parked_registration_refuses_a_ticket_without_its_key(workers):
     registration = keyless_ticket(workers)
     ParkedDelivery.objects.create(registration=registration, reason="failed until the limit", attempts=3)
-    with pytest.raises(services.NightjarError, match="without its key"):
-        services.requeue_parked(code=registration.code, actor="test")
+    with pytest.raises(NightjarError, match="without its key"):
+        requeue_parked(code=registration.code, actor="test")
     assert ParkedDelivery.objects.holding().filter(registration=registration).exists()
     safe_worker_makes_no_second_ticket(workers, registration)
 
@@ -108,7 +110,7 @@ def test_collecting_its_dead_letter_does_not_publish_it_again(workers):
     registration = keyless_ticket(workers)
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     transport.publish_raw([body], dead=True)  # its delivery was dead-lettered before the ack-first handler ran
-    report = services.collect_dead_letters()
+    report = collect_dead_letters()
     assert (report.requeued, report.parked, report.dropped) == ([], [], 1)
     safe_worker_makes_no_second_ticket(workers, registration)
 

@@ -14,7 +14,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from delivery import transport
-from tickets import charts, contract, services
+from tickets import charts, contract
 from tickets.models import (
     Completion,
     DeliveryFailure,
@@ -26,6 +26,21 @@ from tickets.models import (
     Ticket,
     WorkerReport,
 )
+from tickets.services.activity import activity
+from tickets.services.audit import audit_invariants
+from tickets.services.history import registration_history
+from tickets.services.parking import discard_parked, requeue_parked
+from tickets.services.reconcile import reconcile_registrations
+from tickets.services.registrations import (
+    NightjarError,
+    is_parked,
+    parked_without_ticket,
+    pending_registrations,
+    retry_registration,
+)
+from tickets.services.repair import plan_repair, repair_registration
+from tickets.services.status import delivery_status, describe_replicas, describe_state
+from tickets.services.workers import worker_counts, worker_reports
 
 # The staff desk's two windows: (title, window, bucket).
 WINDOWS = (("Last hour", timedelta(hours=1), 60), ("Last day", timedelta(days=1), 900))
@@ -77,9 +92,9 @@ class StateFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == "pending":
-            return queryset.filter(pk__in=services.pending_registrations().values("pk"))
+            return queryset.filter(pk__in=pending_registrations().values("pk"))
         if self.value() == "parked":
-            return queryset.filter(pk__in=services.parked_without_ticket().values("pk"))
+            return queryset.filter(pk__in=parked_without_ticket().values("pk"))
         if self.value() == "issued":
             return queryset.filter(ticket_count=1, completed=True)
         if self.value() == "without_key":
@@ -153,7 +168,7 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
                 ticket_count=count_of(Ticket),
                 rejected_count=count_of(RejectedMessage),
                 completed=Exists(Completion.objects.filter(registration=OuterRef("pk"))),
-                parked=services.is_parked(),
+                parked=is_parked(),
             )
         )
 
@@ -180,14 +195,14 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
 
     @admin.display(description="state")
     def state(self, obj):
-        state = services.describe_state(tickets=obj.ticket_count, completed=obj.completed, parked=obj.parked)
+        state = describe_state(tickets=obj.ticket_count, completed=obj.completed, parked=obj.parked)
         return f"{state}, {obj.rejected_count} rejected deliveries" if obj.rejected_count else state
 
     @staticmethod
     def history_of(obj):
         """(events, summary), read once per page for both fields below."""
         if not hasattr(obj, "_history"):
-            obj._history = services.registration_history(obj)
+            obj._history = registration_history(obj)
         return obj._history
 
     @admin.display(description="deliveries")
@@ -215,8 +230,8 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
         done = []
         for registration in queryset:
             try:
-                services.retry_registration(code=registration.code, actor=actor(request))
-            except (services.NightjarError, transport.BrokerError) as error:
+                retry_registration(code=registration.code, actor=actor(request))
+            except (NightjarError, transport.BrokerError) as error:
                 self.message_user(request, f"{registration.code} not retried: {error}", messages.ERROR)
                 continue
             done.append(registration.code)
@@ -230,8 +245,8 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
         if request.POST.get("confirm") == "apply":
             for registration in registrations:
                 try:
-                    plan = services.repair_registration(code=registration.code, actor=actor(request))
-                except services.NightjarError as error:
+                    plan = repair_registration(code=registration.code, actor=actor(request))
+                except NightjarError as error:
                     self.message_user(request, str(error), messages.ERROR)
                     continue
                 self.message_user(request, f"{registration.code}: {plan.summary()}.", messages.SUCCESS)
@@ -239,8 +254,8 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
         plans, refusals = [], []
         for registration in registrations:
             try:
-                plans.append(services.plan_repair(code=registration.code))
-            except services.NightjarError as error:
+                plans.append(plan_repair(code=registration.code))
+            except NightjarError as error:
                 refusals.append(str(error))
         context = {
             **self.admin_site.each_context(request),
@@ -267,16 +282,16 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
         read at one moment. `?fragment=1` is the part desk.js refreshes."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        status = services.delivery_status()
+        status = delivery_status()
         context = {
             **self.admin_site.each_context(request),
             "title": "Delivery status",
             "status": status,
-            "oldest": services.pending_registrations().first(),
+            "oldest": pending_registrations().first(),
             "stream_maxlen": f"{settings.NIGHTJAR_STREAM_MAXLEN:,}",
-            "replicas": services.describe_replicas(status.queue),
-            "workers": services.worker_reports(),
-            "worker_counts": services.worker_counts(),
+            "replicas": describe_replicas(status.queue),
+            "workers": worker_reports(),
+            "worker_counts": worker_counts(),
             "gone_after": settings.NIGHTJAR_WORKER_GONE_SECONDS,
             "charts": [desk_charts(title, window, bucket) for title, window, bucket in WINDOWS],
             "registrations_url": reverse("admin:tickets_registration_changelist"),
@@ -298,7 +313,7 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
         if not self.has_change_permission(request):
             raise PermissionDenied
         try:
-            report = services.reconcile_registrations(max_seconds=10, actor=actor(request))
+            report = reconcile_registrations(max_seconds=10, actor=actor(request))
         except transport.BrokerError as error:
             self.message_user(request, f"Reconcile stopped: {error}", messages.ERROR)
             return redirect("admin:tickets_delivery_status")
@@ -318,7 +333,7 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
             return redirect("admin:tickets_delivery_status")
         if not self.has_view_permission(request):
             raise PermissionDenied
-        report = services.audit_invariants()
+        report = audit_invariants()
         if report.passed:
             self.message_user(
                 request,
@@ -331,9 +346,9 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
 
 
 def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
-    activity = services.activity(window=window, bucket_seconds=bucket)
-    registrations, tickets = activity.totals
-    worst = max((value for value in activity.p99 if value is not None), default=None)
+    seen = activity(window=window, bucket_seconds=bucket)
+    registrations, tickets = seen.totals
+    worst = max((value for value in seen.p99 if value is not None), default=None)
     per = "per minute" if bucket == 60 else f"per minute, averaged over {bucket // 60} minutes"
     rate_summary = f"{registrations:,} registrations and {tickets:,} tickets, {per}."
     latency_summary = (
@@ -341,22 +356,22 @@ def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
         if worst is not None
         else "No tickets in this window."
     )
-    common = {"start": activity.start, "bucket_seconds": bucket}
+    common = {"start": seen.start, "bucket_seconds": bucket}
     return {
         "title": title,
-        "read_at": activity.read_at,
+        "read_at": seen.read_at,
         "rates": charts.line_chart(
             title=f"{title}: registrations and tickets per minute",
             series=[
-                ("registrations", activity.registrations, "series-a", "bars"),
-                ("tickets", activity.tickets, "series-b", "line"),
+                ("registrations", seen.registrations, "series-a", "bars"),
+                ("tickets", seen.tickets, "series-b", "line"),
             ],
             summary=rate_summary,
             **common,
         ),
         "latency": charts.line_chart(
             title=f"{title}: registration → ticket latency",
-            series=[("p50", activity.p50, "series-a", "line"), ("p99", activity.p99, "series-c", "line")],
+            series=[("p50", seen.p50, "series-a", "line"), ("p99", seen.p99, "series-c", "line")],
             unit="s",
             summary=latency_summary,
             **common,
@@ -450,11 +465,11 @@ class ParkedDeliveryAdmin(BoundedSearch, admin.ModelAdmin):
 
     @admin.action(description="Requeue: publish again", permissions=["change"])
     def requeue(self, request, queryset):
-        return self.confirm_then(request, queryset, "requeue", services.requeue_parked, "publish again")
+        return self.confirm_then(request, queryset, "requeue", requeue_parked, "publish again")
 
     @admin.action(description="Discard: give up on it", permissions=["change"])
     def discard(self, request, queryset):
-        return self.confirm_then(request, queryset, "discard", services.discard_parked, "give up on (no ticket)")
+        return self.confirm_then(request, queryset, "discard", discard_parked, "give up on (no ticket)")
 
     def confirm_then(self, request, queryset, action: str, service, what: str):
         codes = sorted({p.registration.code for p in queryset.select_related("registration") if p.registration})
@@ -462,7 +477,7 @@ class ParkedDeliveryAdmin(BoundedSearch, admin.ModelAdmin):
             for code in codes:
                 try:
                     service(code=code, actor=actor(request))
-                except services.NightjarError as error:
+                except NightjarError as error:
                     self.message_user(request, str(error), messages.ERROR)
                     continue
                 self.message_user(request, f"{code}: {action}d.", messages.SUCCESS)

@@ -10,7 +10,7 @@ whole batch back and nothing is acked.
 
 from django.db import transaction
 
-from tickets import services
+from delivery.recording import record_rejection
 from tickets.checkpoints import checkpoint
 from tickets.models import Completion, Ticket
 
@@ -23,7 +23,7 @@ def handle_batch(messages, rejections, ack_all, pause=None):
 
     with transaction.atomic():
         for delivery, reason in rejections:
-            services.record_rejection(delivery=delivery, reason=reason)
+            record_rejection(delivery=delivery, reason=reason)
         # INSERT ... ON CONFLICT DO NOTHING RETURNING: only the keys that were
         # new come back, on SQLite and PostgreSQL alike; a concurrent batch
         # holding the same key makes this wait, then skip it.

@@ -4,7 +4,7 @@ TicketsConfig.ready(); thin, every answer comes from the contract, the
 models or the services."""
 
 from delivery import channel
-from tickets import batch, contract, lab, services
+from tickets import batch, contract, lab
 from tickets.models import (
     DeliveryFailure,
     ParkedDelivery,
@@ -14,6 +14,7 @@ from tickets.models import (
     Ticket,
     WorkerReport,
 )
+from tickets.services import parking, reconcile, staff, status
 
 
 class RegistrationsChannel(channel.Channel):
@@ -54,17 +55,17 @@ class RegistrationsChannel(channel.Channel):
         return batch.handle_batch(messages, rejections, ack_all, pause)
 
     def reconcile(self, **options):
-        return services.reconcile_registrations(**options)
+        return reconcile.reconcile_registrations(**options)
 
     def collect_dead_letters(self):
-        return services.collect_dead_letters()
+        return parking.collect_dead_letters()
 
-    # services.NightjarError is a channel.DomainError: the commands exit 1 with its sentence.
+    # NightjarError is a channel.DomainError: the commands exit 1 with its sentence.
     def requeue_parked(self, *, code, actor):
-        return services.requeue_parked(code=code, actor=actor).code
+        return parking.requeue_parked(code=code, actor=actor).code
 
     def discard_parked(self, *, code, actor):
-        return services.discard_parked(code=code, actor=actor).code
+        return parking.discard_parked(code=code, actor=actor).code
 
     def parked_lines(self):
         waiting = ParkedDelivery.objects.filter(resolution="").select_related("registration")
@@ -77,7 +78,7 @@ class RegistrationsChannel(channel.Channel):
         return lines
 
     def actor(self, command):
-        return services.command_line_actor(command)
+        return staff.command_line_actor(command)
 
     def gauges(self):
-        return services.desk_gauges()
+        return status.desk_gauges()

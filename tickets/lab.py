@@ -209,10 +209,11 @@ def data_checks() -> list[Check]:
     """The real data, read only: what a teacher would look at after the exercise."""
     from django.db.models import Count
 
-    from tickets import pdf, services
+    from tickets import pdf
     from tickets.models import Completion, Registration, Ticket
+    from tickets.services import audit, demo, registrations
 
-    has_ticket, has_key = services.has_ticket(), services.has_key()
+    has_ticket, has_key = registrations.has_ticket(), registrations.has_key()
 
     def codes(rows) -> list[str]:
         return [r.code for r in rows.order_by("pk")[:10]]
@@ -225,7 +226,7 @@ def data_checks() -> list[Check]:
     checks = [
         check(
             "no lost registrations",
-            codes(services.pending_registrations().filter(~has_ticket)),
+            codes(registrations.pending_registrations().filter(~has_ticket)),
             "every registration has a ticket",
             "no ticket for {codes}: its delivery was lost. Run `python manage.py retry {first}`, then the worker.",
         ),
@@ -243,7 +244,7 @@ def data_checks() -> list[Check]:
             "redelivery would make a second ticket. `python manage.py repair {first} --apply` adds the key.",
         ),
     ]
-    mina = Registration.objects.filter(pk=1, name=services.DEMO_NAME).first()
+    mina = Registration.objects.filter(pk=1, name=demo.DEMO_NAME).first()
     intact = mina is not None and mina.tickets.count() == 1 and Completion.objects.filter(registration=mina).exists()
     checks.append(
         Check("Mina Patel's ticket intact", True, "R-0001 has her one ticket")
@@ -270,7 +271,7 @@ def data_checks() -> list[Check]:
                 pdf.render(ticket)  # downloadable: the PDF renders
             listed = f"{yours[0].code} to {yours[-1].code}" if len(yours) > 1 else yours[0].code
             checks.append(Check("your registrations", True, f"{listed}: one downloadable ticket each"))
-    report = services.audit_invariants(pending_older_than=10**9)
+    report = audit.audit_invariants(pending_older_than=10**9)
     checks.append(
         Check("audit", report.passed, "every invariant holds" if report.passed else "; ".join(report.violations))
     )

@@ -21,8 +21,9 @@ from django.conf import settings
 from django.core.management import call_command
 
 from delivery import transport
-from tickets import lab, services
+from tickets import lab
 from tickets.models import Completion
+from tickets.services.registrations import publish_registration, register_guest
 
 ROOT = Path(settings.BASE_DIR)
 WAIT_SECONDS = 30
@@ -102,7 +103,7 @@ class Scenarios:
         return Completion.objects.filter(registration=registration).exists(), registration.tickets.count()
 
     def register(self, name: str = "Verify Guest"):
-        return services.register_guest(name=name)
+        return register_guest(name=name)
 
     def expect_redelivery(self, registration, why_needed: str) -> None:
         output = self.run_worker()
@@ -159,7 +160,7 @@ class Scenarios:
         self.run_worker()
         # A repeat as the broker makes one (at least once), not staff's retry: retry refuses
         # a ticket without its key, and this scenario is how a handler that leaves one fails.
-        services.publish_registration(registration)
+        publish_registration(registration)
         self.run_worker()
         self.expect_one_ticket(registration, "after a second delivery of the same registration")
         return "a second delivery of a done registration made no second ticket"

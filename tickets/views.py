@@ -15,9 +15,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
 from delivery import metrics
-from tickets import pdf, services
+from tickets import pdf
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
+from tickets.services.registrations import SubmissionConflict, UnknownRegistration, find_registration, register_guest
+from tickets.services.status import dependency_health
 
 SESSION_KEY = "nightjar_registrations"
 logger = logging.getLogger(__name__)
@@ -25,8 +27,8 @@ logger = logging.getLogger(__name__)
 
 def guest_registration(code: str, secret: str) -> Registration:
     try:
-        registration = services.find_registration(code=code)
-    except services.UnknownRegistration:
+        registration = find_registration(code=code)
+    except UnknownRegistration:
         raise Http404("No such registration.") from None
     if not registration.secret_matches(secret):
         raise Http404("No such registration.")
@@ -79,10 +81,10 @@ def evening(request):
         form = EveningForm(request.POST)
         if form.is_valid():
             try:
-                registration = services.register_guest(
+                registration = register_guest(
                     name=form.cleaned_data["name"], submission_key=form.cleaned_data["submission_key"] or None
                 )
-            except services.SubmissionConflict as error:
+            except SubmissionConflict as error:
                 form.add_error("name", str(error))
             else:
                 remember(request, registration)
@@ -199,7 +201,7 @@ def cached_dependency_health() -> dict[str, str]:
     global _health
     now = clock()
     if _health is None or not 0 <= now - _health[0] < settings.NIGHTJAR_HEALTH_CACHE_SECONDS:
-        _health = (now, services.dependency_health())
+        _health = (now, dependency_health())
     return _health[1]
 
 

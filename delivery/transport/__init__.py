@@ -34,7 +34,7 @@ class Delivery(NamedTuple):
     # How many times the broker had handed it out before (RabbitMQ before
     # 4.3 and Redis: every return; RabbitMQ 4.3: failures only); past
     # NIGHTJAR_DELIVERY_LIMIT of them the broker's backstop dead-letters it.
-    # Parking is the worker's own count of failures (services.park_after_failures).
+    # Parking is the worker's own count of failures (delivery.recording.park_after_failures).
     attempts: int = 0
 
 

@@ -1,4 +1,21 @@
-# Move only: the module is now tickets/services/registrations.py; the next
-# commit splits it by noun and points every caller at its module.
-from tickets.services.registrations import *  # noqa: F403
-from tickets.services.registrations import _park, _plan, _same_submission  # noqa: F401
+"""Every state change in Nightjar, as plain functions named after what staff
+would say, one module per noun (pretix's base/services/ style). Views, the
+admin and management commands all call these; none of them changes rows on
+its own. Each guards first (raising registrations.NightjarError with a
+sentence a person understands), then changes rows in one atomic block, and
+publishes only after the commit.
+
+- registrations: register_guest, retry_registration, find_registration,
+  publish_registration, and the state queries (pending_registrations, ...)
+- staff: the trace of staff changes (record_staff_action, command_line_actor)
+- repair: plan_repair, repair_registration
+- reconcile: reconcile_registrations
+- parking: collect_dead_letters, requeue_parked, discard_parked
+- status: registration_states, delivery_status, dependency_health, desk_gauges
+- demo: seed_demo, reset_demo (the lab's data)
+- audit: audit_invariants
+- workers, history, activity: what the desk reads
+
+Import the module you need (`from tickets.services import registrations`);
+this package re-exports nothing.
+"""

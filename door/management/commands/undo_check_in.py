@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from door import services
-from tickets.services import command_line_actor
+from tickets.services.staff import command_line_actor
 
 
 class Command(BaseCommand):

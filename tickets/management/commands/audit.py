@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from tickets import services
+from tickets.services.audit import audit_invariants
 
 
 class Command(BaseCommand):
@@ -19,7 +19,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        report = services.audit_invariants(pending_older_than=options["pending_older_than"])
+        report = audit_invariants(pending_older_than=options["pending_older_than"])
         for violation in report.violations:
             self.stdout.write(f"VIOLATION {violation}")
         dead = report.dead_lettered if report.dead_lettered is not None else f"unknown ({report.dead_lettered_error})"

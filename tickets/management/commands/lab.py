@@ -3,7 +3,8 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from delivery import exits
-from tickets import lab, services
+from tickets import lab
+from tickets.services.demo import reset_demo
 
 
 class Command(BaseCommand):
@@ -73,5 +74,5 @@ class Command(BaseCommand):
             if answer.strip().lower() != "yes":
                 self.stdout.write("Nothing was deleted.")
                 return
-        deleted = services.reset_demo()
+        deleted = reset_demo()
         self.stdout.write(f"Deleted {deleted} registrations; Mina Patel (R-0001) and her ticket are back; queue empty.")

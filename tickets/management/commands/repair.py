@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand
 
 from delivery import exits
-from tickets import services
+from tickets.services.repair import plan_repair, repair_registration
+from tickets.services.staff import command_line_actor
 
 
 class Command(BaseCommand):
@@ -14,11 +15,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         with exits.exit_codes():
             if options["apply"]:
-                plan = services.repair_registration(
-                    code=options["code"], actor=services.command_line_actor("repair --apply")
-                )
+                plan = repair_registration(code=options["code"], actor=command_line_actor("repair --apply"))
             else:
-                plan = services.plan_repair(code=options["code"])
+                plan = plan_repair(code=options["code"])
         for line in plan.lines():
             self.stdout.write(line)
         if plan.applied:

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand
 
 from delivery import exits
-from tickets import services
+from tickets.services.registrations import retry_registration
+from tickets.services.staff import command_line_actor
 
 
 class Command(BaseCommand):
@@ -12,5 +13,5 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         with exits.exit_codes(broker="Not published: "):
-            registration = services.retry_registration(code=options["code"], actor=services.command_line_actor("retry"))
+            registration = retry_registration(code=options["code"], actor=command_line_actor("retry"))
         self.stdout.write(f"Published a new delivery of {registration.code} ({registration.name}).")

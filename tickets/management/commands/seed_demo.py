@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
 from delivery import exits
-from tickets import services
+from tickets.services.demo import seed_demo
 
 
 class Command(BaseCommand):
@@ -9,6 +9,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         with exits.exit_codes():
-            registration, created = services.seed_demo()
+            registration, created = seed_demo()
         verb = "Loaded" if created else "Already there:"
         self.stdout.write(f"{verb} {registration.code} {registration.name} with her ticket.")

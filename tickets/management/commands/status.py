@@ -1,7 +1,8 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from tickets import services
+from tickets.services.status import delivery_status, describe_replicas, registration_states
+from tickets.services.workers import worker_reports
 
 
 class Command(BaseCommand):
@@ -11,9 +12,9 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=None, help="Show at most this many registrations.")
 
     def handle(self, *args, **options):
-        for row in services.registration_states(limit=options["limit"]):
+        for row in registration_states(limit=options["limit"]):
             self.stdout.write(f"{row.code}  {row.state:<33} tickets={row.tickets}  {row.name}")
-        status = services.delivery_status()
+        status = delivery_status()
         self.stdout.write(
             f"Registrations: {status.registrations}  pending: {status.pending}  issued: {status.issued}  "
             f"ticket without its key: {status.without_key}  key without ticket: {status.key_only}  "
@@ -36,9 +37,9 @@ class Command(BaseCommand):
             if "pending_per_consumer" in q:  # Redis Streams: who holds what
                 held = ", ".join(f"{name} {count}" for name, count in q["pending_per_consumer"].items()) or "none"
                 self.stdout.write(f"Stream: {q['length']} entries; unacknowledged per consumer: {held}")
-            if replicas := services.describe_replicas(q):
+            if replicas := describe_replicas(q):
                 self.stdout.write(f"Replicas: {replicas}")
-        workers = services.worker_reports()
+        workers = worker_reports()
         if workers:
             self.stdout.write(
                 f"Workers (last day; one silent for {settings.NIGHTJAR_WORKER_GONE_SECONDS:g} s is gone: killed, "

@@ -1,0 +1,151 @@
+"""Status and health: each registration's state, the totals per state with
+the queue's depth, the quorum queue's replicas, the dependencies' health and
+the gauges a metrics scrape reads."""
+
+import logging
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connection
+from django.db.models import Count
+
+from delivery import transport
+from tickets import contract
+from tickets.models import ParkedDelivery, Registration, RejectedMessage, Ticket
+from tickets.services.registrations import has_key, has_ticket, is_parked, parked_without_ticket, pending_registrations
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RegistrationState:
+    code: str
+    name: str
+    state: str
+    tickets: int
+    completed: bool
+
+
+def describe_state(*, tickets: int, completed: bool, parked: bool = False) -> str:
+    if tickets == 0:
+        return "parked" if parked else "key without ticket" if completed else "pending"
+    if tickets > 1:
+        return "duplicate tickets"
+    return "ticket issued" if completed else "ticket without its key"
+
+
+def registration_states(limit: int | None = None) -> list[RegistrationState]:
+    rows = (
+        Registration.objects.annotate(
+            ticket_count=Count("tickets"),
+            completed=has_key(),
+            parked=is_parked(),
+        )
+        .order_by("id")
+        .values_list("id", "name", "ticket_count", "completed", "parked")
+    )
+    if limit is not None:
+        rows = rows[:limit]
+    return [
+        RegistrationState(
+            code=contract.format_code(pk),
+            name=name,
+            state=describe_state(tickets=count, completed=completed, parked=parked),
+            tickets=count,
+            completed=completed,
+        )
+        for pk, name, count, completed, parked in rows
+    ]
+
+
+@dataclass
+class DeliveryStatus:
+    registrations: int
+    pending: int
+    issued: int  # exactly one ticket and its key: the state "ticket issued"
+    duplicates: int
+    tickets: int
+    rejected: int
+    parked: int
+    waiting_for_staff: int
+    queue: dict | None
+    queue_error: str = ""
+    broker: str = ""
+    without_key: int = 0  # one ticket, no key
+    key_only: int = 0  # a key, no ticket, not parked
+
+
+def delivery_status() -> DeliveryStatus:
+    """Totals from the database, one per state (they add up to the
+    registrations), and the queue depth from the broker (or why not)."""
+    per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
+    one_ticket = per_registration.filter(ticket_count=1)
+    try:
+        queue, queue_error = transport.queue_counts(), ""
+    except transport.BrokerError as error:
+        queue, queue_error = None, str(error)
+    return DeliveryStatus(
+        registrations=Registration.objects.count(),
+        pending=pending_registrations().count(),
+        issued=one_ticket.filter(has_key()).count(),
+        without_key=one_ticket.filter(~has_key()).count(),
+        key_only=Registration.objects.filter(has_key(), ~has_ticket(), ~is_parked()).count(),
+        duplicates=per_registration.filter(ticket_count__gt=1).count(),
+        tickets=Ticket.objects.count(),
+        rejected=RejectedMessage.objects.count(),
+        parked=parked_without_ticket().count(),
+        waiting_for_staff=ParkedDelivery.objects.filter(resolution="").count(),
+        queue=queue,
+        queue_error=queue_error,
+        broker=transport.name(),
+    )
+
+
+def describe_replicas(queue: dict | None) -> str:
+    """RabbitMQ's quorum queue on a cluster: its leader and which members are
+    online, in one line (empty when the broker did not say)."""
+    if not queue or not queue.get("members"):
+        return ""
+    online = [member for member in queue["members"] if member in queue["online"]]
+    offline = [member for member in queue["members"] if member not in queue["online"]]
+    line = f"leader {queue['leader'] or 'none'}; {len(online)} of {len(queue['members'])} members online"
+    line += f" ({', '.join(online) or 'none'})"
+    if offline:
+        line += f"; offline: {', '.join(offline)}"
+    if len(online) * 2 <= len(queue["members"]):
+        line += " — no quorum: publishes wait (left for reconcile) until a majority is back"
+    return line
+
+
+def dependency_health() -> dict[str, str]:
+    """ "ok" or "unavailable" for the database and the broker, each within its
+    own deadline; the reasons go to the log, never to the caller."""
+    checks = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except DatabaseError:
+        logger.exception("Health check: the database does not answer")
+        checks["database"] = "unavailable"
+    try:
+        transport.ping()
+        checks[transport.name().lower()] = "ok"
+    except transport.BrokerError as error:
+        logger.warning("Health check: %s", error)
+        checks[transport.name().lower()] = "unavailable"
+    return checks
+
+
+def desk_gauges() -> dict:
+    """What a metrics scrape reads at that moment: pending and parked
+    registrations from the database, queue depth from the broker (None when
+    it does not answer within its deadline)."""
+    try:
+        queue = transport.queue_counts()
+    except transport.BrokerError:
+        queue = None
+    return {
+        "pending": pending_registrations().count(),
+        "parked": parked_without_ticket().count(),
+        "queue": queue,
+    }
