@@ -110,7 +110,7 @@ NIGHTJAR_CLAIM_IDLE_SECONDS = envfloat("NIGHTJAR_CLAIM_IDLE_SECONDS", 60.0, mini
 NIGHTJAR_CONSUMER_NAME = os.environ.get("NIGHTJAR_CONSUMER_NAME", "")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "desk.sites.DeskAdminConfig",  # django.contrib.admin on the desk's site (desk/sites.py)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -119,6 +119,7 @@ INSTALLED_APPS = [
     "delivery",
     "tickets",
     "door",
+    "desk",
 ]
 
 MIDDLEWARE = [

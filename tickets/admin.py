@@ -1,20 +1,16 @@
-"""The staff desk. Actions call the same services as the management commands;
-nothing here changes rows on its own."""
-
-from datetime import timedelta
+"""The staff admin of registrations, tickets, parked deliveries and the records
+(the operations desk's pages are desk/views.py). Actions call the same
+services as the management commands; nothing here changes rows on its own."""
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
-from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from delivery import transport
-from tickets import charts, contract
+from tickets import contract
 from tickets.models import (
     Completion,
     DeliveryFailure,
@@ -26,11 +22,8 @@ from tickets.models import (
     Ticket,
     WorkerReport,
 )
-from tickets.services.activity import activity
-from tickets.services.audit import audit_invariants
 from tickets.services.history import registration_history
 from tickets.services.parking import discard_parked, requeue_parked
-from tickets.services.reconcile import reconcile_registrations
 from tickets.services.registrations import (
     NightjarError,
     is_parked,
@@ -39,11 +32,7 @@ from tickets.services.registrations import (
     retry_registration,
 )
 from tickets.services.repair import plan_repair, repair_registration
-from tickets.services.status import delivery_status, describe_replicas, describe_state
-from tickets.services.workers import worker_counts, worker_reports
-
-# The staff desk's two windows: (title, window, bucket).
-WINDOWS = (("Last hour", timedelta(hours=1), 60), ("Last day", timedelta(days=1), 900))
+from tickets.services.status import describe_state
 
 
 def count_of(model, **filters):
@@ -268,116 +257,6 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/tickets/registration/repair_confirm.html", context)
 
-    def get_urls(self):
-        view = self.admin_site.admin_view
-        return [
-            path("delivery-status/", view(self.desk_view), name="tickets_delivery_status"),
-            path("delivery-status/reconcile/", view(self.reconcile_view), name="tickets_desk_reconcile"),
-            path("delivery-status/audit/", view(self.audit_view), name="tickets_desk_audit"),
-            *super().get_urls(),
-        ]
-
-    def desk_view(self, request):
-        """The operations desk: totals, the broker, workers and two charts,
-        read at one moment. `?fragment=1` is the part desk.js refreshes."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        status = delivery_status()
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Delivery status",
-            "status": status,
-            "oldest": pending_registrations().first(),
-            "stream_maxlen": f"{settings.NIGHTJAR_STREAM_MAXLEN:,}",
-            "replicas": describe_replicas(status.queue),
-            "workers": worker_reports(),
-            "worker_counts": worker_counts(),
-            "gone_after": settings.NIGHTJAR_WORKER_GONE_SECONDS,
-            "charts": [desk_charts(title, window, bucket) for title, window, bucket in WINDOWS],
-            "registrations_url": reverse("admin:tickets_registration_changelist"),
-            "can_reconcile": self.has_change_permission(request),
-            "opts": self.model._meta,
-        }
-        context["read_at"] = context["charts"][0]["read_at"]
-        # admin_view already says no-store: every read is fresh.
-        template = (
-            "admin/tickets/desk_body.html" if request.GET.get("fragment") else "admin/tickets/delivery_status.html"
-        )
-        return TemplateResponse(request, template, context)
-
-    def reconcile_view(self, request):
-        """The reconcile button: the same service as `manage.py reconcile`,
-        bounded so the request answers (what remains is said)."""
-        if request.method != "POST":
-            return redirect("admin:tickets_delivery_status")
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        try:
-            report = reconcile_registrations(max_seconds=10, actor=actor(request))
-        except transport.BrokerError as error:
-            self.message_user(request, f"Reconcile stopped: {error}", messages.ERROR)
-            return redirect("admin:tickets_delivery_status")
-        collected = report.collected
-        self.message_user(
-            request,
-            f"Reconcile republished {len(report.published)} registration(s), {report.remaining} still due; "
-            f"dead letters: {len(collected.parked)} parked, {len(collected.requeued)} requeued, "
-            f"{collected.dropped} already done, {collected.rejected} rejected.",
-            messages.SUCCESS,
-        )
-        return redirect("admin:tickets_delivery_status")
-
-    def audit_view(self, request):
-        """The audit button: the promise checked row by row, as `manage.py audit`."""
-        if request.method != "POST":
-            return redirect("admin:tickets_delivery_status")
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        report = audit_invariants()
-        if report.passed:
-            self.message_user(
-                request,
-                f"Audit passed: {report.checked} registrations checked, every ticket once; {report.parked} parked.",
-                messages.SUCCESS,
-            )
-        for violation in report.violations:
-            self.message_user(request, f"Audit: {violation}", messages.ERROR)
-        return redirect("admin:tickets_delivery_status")
-
-
-def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
-    seen = activity(window=window, bucket_seconds=bucket)
-    registrations, tickets = seen.totals
-    worst = max((value for value in seen.p99 if value is not None), default=None)
-    per = "per minute" if bucket == 60 else f"per minute, averaged over {bucket // 60} minutes"
-    rate_summary = f"{registrations:,} registrations and {tickets:,} tickets, {per}."
-    latency_summary = (
-        f"Slowest p99: {charts.label(worst, 's')} (registration stored to ticket issued)."
-        if worst is not None
-        else "No tickets in this window."
-    )
-    common = {"start": seen.start, "bucket_seconds": bucket}
-    return {
-        "title": title,
-        "read_at": seen.read_at,
-        "rates": charts.line_chart(
-            title=f"{title}: registrations and tickets per minute",
-            series=[
-                ("registrations", seen.registrations, "series-a", "bars"),
-                ("tickets", seen.tickets, "series-b", "line"),
-            ],
-            summary=rate_summary,
-            **common,
-        ),
-        "latency": charts.line_chart(
-            title=f"{title}: registration → ticket latency",
-            series=[("p50", seen.p50, "series-a", "line"), ("p99", seen.p99, "series-c", "line")],
-            unit="s",
-            summary=latency_summary,
-            **common,
-        ),
-    }
-
 
 @admin.register(Ticket)
 class TicketAdmin(BoundedSearch, admin.ModelAdmin):
@@ -526,7 +405,3 @@ class WorkerReportAdmin(RecordAdmin):
     @admin.display(description="state")
     def state_now(self, obj):
         return obj.state(gone_after=settings.NIGHTJAR_WORKER_GONE_SECONDS)
-
-
-# The admin index opens with the desk's link (templates/admin/nightjar_index.html).
-admin.site.index_template = "admin/nightjar_index.html"

@@ -7,7 +7,6 @@ urlpatterns = [
     path("healthz", views.healthz_ready, name="healthz"),
     path("healthz/live", views.healthz_live, name="healthz-live"),
     path("healthz/ready", views.healthz_ready, name="healthz-ready"),
-    path("metrics", views.metrics_view, name="metrics"),
     path("visit/", views.visit, name="visit"),
     path("evening/", views.evening, name="evening"),
     path("registrations/", views.registration_list, name="registration-list"),

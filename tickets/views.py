@@ -14,7 +14,6 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from delivery import metrics
 from tickets import pdf
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
@@ -215,20 +214,3 @@ def healthz_ready(request):
     response = JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
     response["Cache-Control"] = "no-store"
     return response
-
-
-@require_GET
-@never_cache
-def metrics_view(request):
-    """Prometheus scrapes: staff signed in who may view registrations, or
-    `Authorization: Bearer` with NIGHTJAR_METRICS_TOKEN. Anyone else gets 403
-    and no numbers."""
-    staff = request.user.is_staff and request.user.has_perm("tickets.view_registration")
-    if not staff and not metrics.token_matches(request.headers.get("Authorization", "")):
-        return HttpResponse(
-            "Metrics are for staff who may view registrations: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
-            status=403,
-            content_type="text/plain; charset=utf-8",
-        )
-    body, content_type = metrics.exposition(desk=True)
-    return HttpResponse(body, content_type=content_type)

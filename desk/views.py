@@ -1,0 +1,152 @@
+"""The operations desk's pages: the dashboard (totals, the broker, workers
+and two charts, read at one moment), the reconcile and audit buttons, and
+the Prometheus scrape. Each calls the same service as its command; the
+permissions are the registrations' (view to read, change to reconcile)."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from delivery import metrics, transport
+from desk import charts
+from tickets.admin import actor
+from tickets.models import Registration
+from tickets.services.activity import activity
+from tickets.services.audit import audit_invariants
+from tickets.services.reconcile import reconcile_registrations
+from tickets.services.registrations import pending_registrations
+from tickets.services.status import delivery_status, describe_replicas
+from tickets.services.workers import worker_counts, worker_reports
+
+# The staff desk's two windows: (title, window, bucket).
+WINDOWS = (("Last hour", timedelta(hours=1), 60), ("Last day", timedelta(days=1), 900))
+
+
+def registrations_admin():
+    """Whose permissions the desk asks: the registrations' ModelAdmin."""
+    return admin.site.get_model_admin(Registration)
+
+
+def dashboard(request):
+    """The operations desk: totals, the broker, workers and two charts,
+    read at one moment. `?fragment=1` is the part desk.js refreshes."""
+    if not registrations_admin().has_view_permission(request):
+        raise PermissionDenied
+    status = delivery_status()
+    context = {
+        **admin.site.each_context(request),
+        "title": "Delivery status",
+        "status": status,
+        "oldest": pending_registrations().first(),
+        "stream_maxlen": f"{settings.NIGHTJAR_STREAM_MAXLEN:,}",
+        "replicas": describe_replicas(status.queue),
+        "workers": worker_reports(),
+        "worker_counts": worker_counts(),
+        "gone_after": settings.NIGHTJAR_WORKER_GONE_SECONDS,
+        "charts": [desk_charts(title, window, bucket) for title, window, bucket in WINDOWS],
+        "registrations_url": reverse("admin:tickets_registration_changelist"),
+        "can_reconcile": registrations_admin().has_change_permission(request),
+        "opts": Registration._meta,
+    }
+    context["read_at"] = context["charts"][0]["read_at"]
+    # admin_view already says no-store: every read is fresh.
+    template = "admin/tickets/desk_body.html" if request.GET.get("fragment") else "admin/tickets/delivery_status.html"
+    return TemplateResponse(request, template, context)
+
+
+def reconcile_now(request):
+    """The reconcile button: the same service as `manage.py reconcile`,
+    bounded so the request answers (what remains is said)."""
+    if request.method != "POST":
+        return redirect("admin:tickets_delivery_status")
+    if not registrations_admin().has_change_permission(request):
+        raise PermissionDenied
+    try:
+        report = reconcile_registrations(max_seconds=10, actor=actor(request))
+    except transport.BrokerError as error:
+        messages.error(request, f"Reconcile stopped: {error}")
+        return redirect("admin:tickets_delivery_status")
+    collected = report.collected
+    messages.success(
+        request,
+        f"Reconcile republished {len(report.published)} registration(s), {report.remaining} still due; "
+        f"dead letters: {len(collected.parked)} parked, {len(collected.requeued)} requeued, "
+        f"{collected.dropped} already done, {collected.rejected} rejected.",
+    )
+    return redirect("admin:tickets_delivery_status")
+
+
+def audit_now(request):
+    """The audit button: the promise checked row by row, as `manage.py audit`."""
+    if request.method != "POST":
+        return redirect("admin:tickets_delivery_status")
+    if not registrations_admin().has_view_permission(request):
+        raise PermissionDenied
+    report = audit_invariants()
+    if report.passed:
+        messages.success(
+            request,
+            f"Audit passed: {report.checked} registrations checked, every ticket once; {report.parked} parked.",
+        )
+    for violation in report.violations:
+        messages.error(request, f"Audit: {violation}")
+    return redirect("admin:tickets_delivery_status")
+
+
+def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
+    seen = activity(window=window, bucket_seconds=bucket)
+    registrations, tickets = seen.totals
+    worst = max((value for value in seen.p99 if value is not None), default=None)
+    per = "per minute" if bucket == 60 else f"per minute, averaged over {bucket // 60} minutes"
+    rate_summary = f"{registrations:,} registrations and {tickets:,} tickets, {per}."
+    latency_summary = (
+        f"Slowest p99: {charts.label(worst, 's')} (registration stored to ticket issued)."
+        if worst is not None
+        else "No tickets in this window."
+    )
+    common = {"start": seen.start, "bucket_seconds": bucket}
+    return {
+        "title": title,
+        "read_at": seen.read_at,
+        "rates": charts.line_chart(
+            title=f"{title}: registrations and tickets per minute",
+            series=[
+                ("registrations", seen.registrations, "series-a", "bars"),
+                ("tickets", seen.tickets, "series-b", "line"),
+            ],
+            summary=rate_summary,
+            **common,
+        ),
+        "latency": charts.line_chart(
+            title=f"{title}: registration → ticket latency",
+            series=[("p50", seen.p50, "series-a", "line"), ("p99", seen.p99, "series-c", "line")],
+            unit="s",
+            summary=latency_summary,
+            **common,
+        ),
+    }
+
+
+@require_GET
+@never_cache
+def metrics_view(request):
+    """Prometheus scrapes: staff signed in who may view registrations, or
+    `Authorization: Bearer` with NIGHTJAR_METRICS_TOKEN. Anyone else gets 403
+    and no numbers."""
+    staff = request.user.is_staff and request.user.has_perm("tickets.view_registration")
+    if not staff and not metrics.token_matches(request.headers.get("Authorization", "")):
+        return HttpResponse(
+            "Metrics are for staff who may view registrations: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
+            status=403,
+            content_type="text/plain; charset=utf-8",
+        )
+    body, content_type = metrics.exposition(desk=True)
+    return HttpResponse(body, content_type=content_type)
