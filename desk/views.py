@@ -12,11 +12,13 @@ from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from delivery import metrics, transport
 from desk import charts
+from door.services import arrivals
 from tickets.admin import actor
 from tickets.models import Registration
 from tickets.services.activity import activity
@@ -55,6 +57,7 @@ def dashboard(request):
         "registrations_url": reverse("admin:tickets_registration_changelist"),
         "can_reconcile": registrations_admin().has_change_permission(request),
         "opts": Registration._meta,
+        "arrivals": desk_arrivals() if request.user.has_perm("door.view_checkin") else None,
     }
     context["read_at"] = context["charts"][0]["read_at"]
     # admin_view already says no-store: every read is fresh.
@@ -131,6 +134,28 @@ def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
             unit="s",
             summary=latency_summary,
             **common,
+        ),
+    }
+
+
+def desk_arrivals(*, hour: timedelta = timedelta(hours=1), listed: int = 10) -> dict:
+    """The door's evening on the desk: checked in N of M, arrivals per minute
+    over the last hour, the first few who have not arrived, the conflicts."""
+    seen = arrivals(not_arrived_limit=listed + 1)
+    now = timezone.now().replace(second=0, microsecond=0)
+    start = now - hour + timedelta(minutes=1)
+    counts = dict(seen.per_minute)
+    per_minute = [counts.get(start + timedelta(minutes=index), 0) for index in range(int(hour.total_seconds() // 60))]
+    return {
+        "seen": seen,
+        "waiting": seen.expected - seen.checked_in,
+        "not_arrived": seen.not_arrived[:listed],
+        "chart": charts.line_chart(
+            title="Last hour: arrivals at the door per minute",
+            series=[("check-ins", per_minute, "series-a", "bars")],
+            start=start,
+            bucket_seconds=60,
+            summary=f"{sum(per_minute):,} check-ins in the last hour; {seen.checked_in:,} of {seen.expected:,} in all.",
         ),
     }
 

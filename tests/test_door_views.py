@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from door.models import CheckIn, Scan
 from nightjar.logs import MaskSecrets
-from tickets.models import Ticket
+from tickets.models import Registration, Ticket
 from tickets.services.demo import seed_demo
 
 pytestmark = pytest.mark.django_db
@@ -158,3 +158,28 @@ def test_a_negative_scan_limit_is_a_system_check_error(settings):
     assert door_settings(None) == []
     settings.NIGHTJAR_DOOR_SCANS_PER_MINUTE = -1
     assert [error.id for error in door_settings(None)] == ["door.E001"]
+
+
+def desk_for(*door_codenames: str) -> Client:
+    """Staff who may view registrations (the desk), and the door permissions given."""
+    client = staff_with(*door_codenames)
+    user = User.objects.get(pk=client.session["_auth_user_id"])
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="tickets", codename="view_registration"))
+    return client
+
+
+@pytest.mark.fast
+def test_the_desk_counts_a_guest_checked_in_at_the_door_as_arrived():
+    ticket = mina()
+    noor = Registration.objects.create(name="Noor Haddad")
+    guest = Ticket.objects.create(registration=noor, name=noor.name)
+    desk = reverse("admin:tickets_delivery_status") + "?fragment=1"
+    before = desk_for("view_checkin").get(desk).content.decode()
+    assert "<h2>Arrivals</h2>" in before and ">0</span> of 2 checked in" in before
+    assert post_scan(staff_with("check_in"), ticket.secret).json()["colour"] == "green"
+    after = desk_for("view_checkin").get(desk).content.decode()
+    assert ">1</span> of 2 checked in" in after
+    assert f"Not arrived yet: {guest.name} ({guest.number})." in after
+    assert "Last hour: arrivals at the door per minute" in after and "1 check-ins in the last hour" in after
+    # Staff without the door's view permission see the desk without its arrivals.
+    assert "<h2>Arrivals</h2>" not in desk_for().get(desk).content.decode()
