@@ -7,7 +7,6 @@ from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.core.cache import cache
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
@@ -15,6 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from door import conf, services
+from nightjar.ratelimit import over_limit
 
 MAX_BODY = 64 * 1024  # one scan is ~200 bytes; a sync of MAX_SYNC scans fits
 MAX_SYNC = 200
@@ -45,17 +45,8 @@ def json_refused(request, permission: str):
 
 
 def over_rate_limit(request) -> bool:
-    """Fixed one-minute window per staff user, counted in the cache."""
-    limit = conf.scans_per_minute()
-    if not limit:
-        return False
-    key = f"nightjar:door:{request.user.pk}"
-    cache.add(key, 0, timeout=60)
-    try:
-        return cache.incr(key) > limit
-    except ValueError:  # expired between add and incr
-        cache.set(key, 1, timeout=60)
-        return False
+    """One staff user's scans this minute, past NIGHTJAR_DOOR_SCANS_PER_MINUTE."""
+    return over_limit(f"nightjar:door:{request.user.pk}", conf.scans_per_minute())
 
 
 def actor(request) -> str:

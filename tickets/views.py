@@ -7,13 +7,13 @@ import time
 
 from django.conf import settings
 from django.contrib import messages
-from django.core.cache import cache
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
+from nightjar.ratelimit import over_limit
 from tickets import pdf
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
@@ -57,17 +57,8 @@ def client_address(request) -> str:
 
 
 def over_rate_limit(request) -> bool:
-    """Fixed one-minute window per client address, counted in the cache."""
-    limit = settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE
-    if not limit:
-        return False
-    key = f"nightjar:registrations:{client_address(request)}"
-    cache.add(key, 0, timeout=60)
-    try:
-        return cache.incr(key) > limit
-    except ValueError:  # expired between add and incr
-        cache.set(key, 1, timeout=60)
-        return False
+    """One client address's registration POSTs this minute, past NIGHTJAR_REGISTRATIONS_PER_MINUTE."""
+    return over_limit(f"nightjar:registrations:{client_address(request)}", settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE)
 
 
 @require_http_methods(["GET", "POST"])
