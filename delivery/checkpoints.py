@@ -48,10 +48,16 @@ class Pause:
             sys.stderr.flush()
             os._exit(status)
         if self.at == name:
-            if self.keepalive is not None:
-                self.keepalive(0)  # the worker reports itself first: on screen "Paused" means status lists it
-            self.say(f"Paused {name}.")
-            self.wait_for_enter()
+            # Waiting from here on: a Ctrl+C that lands as "Paused" appears
+            # leaves the pause, never waits for an Enter after it.
+            self.waiting = True
+            try:
+                if self.keepalive is not None:
+                    self.keepalive(0)  # the worker reports itself first: on screen "Paused" means status lists it
+                self.say(f"Paused {name}.")
+                self.wait_for_enter()
+            finally:
+                self.waiting = False
 
     def say(self, line: str) -> None:
         self.stdout.write(line + "\n")

@@ -9,12 +9,15 @@ a database error leaves the delivery unacked
 (test_crash_windows.py::test_database_error_in_the_handler_leaves_the_delivery_unacked)."""
 
 import io
+import os
+import signal
 import subprocess
 
 import pytest
 from django.db.models import Count
 
 from delivery import transport
+from delivery.checkpoints import Pause, checkpoint
 from delivery.transport import memory
 from delivery.worker import Worker
 from tests.helpers import break_tickets_table, mend_tickets_table
@@ -109,3 +112,35 @@ def test_a_database_error_in_process_leaves_the_delivery_for_a_later_run():
 
     drain(None)
     assert registration.tickets.count() == 1
+
+
+class CtrlCAsItSaysPaused(io.StringIO):
+    """The learner's Ctrl+C landing the moment "Paused NAME." is on screen:
+    SIGINT is delivered while the worker writes that line."""
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if text.startswith("Paused "):
+            os.kill(os.getpid(), signal.SIGINT)
+        return written
+
+
+def test_ctrl_c_the_moment_a_serving_worker_says_paused_leaves_the_pause():
+    """Seen in CI as a `worker --serve --pause after-commit` that never exited
+    after its Ctrl+C: a SIGINT that came after "Paused" was printed but before
+    the pause began to wait was taken for "finish, then stop", and the worker
+    then waited for Enter for ever. (Enter is ready on stdin here, so the bug
+    shows as no KeyboardInterrupt rather than as a hang.)"""
+    screen = CtrlCAsItSaysPaused()
+    pause = Pause(at="after-commit", stdin=io.StringIO("\n"), stdout=screen)
+    pause.stdin.fileno = lambda: os.open(os.devnull, os.O_RDONLY)  # select() on a ready file
+    worker = Worker(handler=handle, pause=pause, stdout=screen)
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    worker.install_signal_handlers()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint(pause, "after-commit")
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+    assert "finishing the current delivery" not in screen.getvalue()
