@@ -846,8 +846,15 @@ def bench_names() -> None:
         [microseconds(contract.clean_name, worst) for _ in range(RUNS)],
         "µs",
     )
+
+    def best(text: str) -> float:
+        # The best of five: one timing of a few milliseconds is at the mercy of
+        # whatever else the machine runs (a ratio of single timings read 45x
+        # on a loaded CI machine); the least disturbed one is the function's.
+        return min(seconds(contract.clusters, text) for _ in range(5))
+
     small, large = "a\u0301\u200d" * 20_000, "a\u0301\u200d" * 200_000
-    ratio = [seconds(contract.clusters, large) / seconds(contract.clusters, small) for _ in range(RUNS)]
+    ratio = [best(large) / best(small) for _ in range(RUNS)]
     record("names_linear", "clusters(): time of 10x input / time of 1x", ratio, "x")
     assert statistics.median(ratio) < 30, f"clusters() grew {statistics.median(ratio):.0f}x for 10x input"
 
