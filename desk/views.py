@@ -141,7 +141,7 @@ def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
 def desk_arrivals(*, hour: timedelta = timedelta(hours=1), listed: int = 10) -> dict:
     """The door's evening on the desk: checked in N of M, arrivals per minute
     over the last hour, the first few who have not arrived, the conflicts."""
-    seen = arrivals(not_arrived_limit=listed + 1)
+    seen = arrivals(not_arrived_limit=listed)
     now = timezone.now().replace(second=0, microsecond=0)
     start = now - hour + timedelta(minutes=1)
     counts = dict(seen.per_minute)
