@@ -120,6 +120,7 @@ INSTALLED_APPS = [
     "tickets",
     "door",
     "desk",
+    "classroom",
 ]
 
 MIDDLEWARE = [

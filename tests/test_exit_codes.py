@@ -6,7 +6,7 @@ import pytest
 from django.core.management.base import CommandError
 
 from delivery import exits, transport
-from tickets import lab
+from tickets import handlers
 from tickets.services.registrations import UnknownRegistration
 from tickets.services.repair import RepairRefused
 
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.fast
     [
         (UnknownRegistration("There is no registration R-0099."), 1, "There is no registration R-0099."),
         (RepairRefused("Nothing to repair."), 1, "Nothing to repair."),
-        (lab.LabModeOff("Lab mode is off."), 2, "Lab mode is off."),
-        (lab.HandlerError("lab/handler.py, line 3: invalid syntax"), 2, "lab/handler.py, line 3: invalid syntax"),
+        (handlers.LabModeOff("Lab mode is off."), 2, "Lab mode is off."),
+        (handlers.HandlerError("lab/handler.py, line 3: invalid syntax"), 2, "lab/handler.py, line 3: invalid syntax"),
         (transport.BrokerError("RabbitMQ is unavailable."), 3, "Stopped: RabbitMQ is unavailable."),
     ],
 )

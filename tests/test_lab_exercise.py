@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from classroom import lab
 from delivery import transport
 from tests.conftest import ROOT
-from tickets import lab
+from tickets import handlers
 from tickets.models import Completion, Registration
 from tickets.services.demo import seed_demo
 from tickets.services.registrations import register_guest
@@ -108,8 +109,8 @@ class Learner:
 def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learner):
     started = learner.manage("lab", "start")
     assert started.returncode == 0, started.stderr
-    assert f"Your handler is {lab.shown(str(lab.handler_file()))}" in started.stdout
-    assert lab.handler_file().read_text() == lab.START_FILE.read_text()
+    assert f"Your handler is {handlers.shown(str(handlers.handler_file()))}" in started.stdout
+    assert handlers.handler_file().read_text() == lab.START_FILE.read_text()
 
     # Step 1: the starting handler acks first. The normal flow works...
     normal = register_guest(name="Normal guest")
@@ -131,7 +132,7 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
     assert f"Received {early.code} redelivered=False" in learner.worker()
 
     # Step 2: the ack after the commit. Interrupted before the write: redelivered, one ticket.
-    lab.handler_file().write_text(ACK_AFTER_COMMIT)
+    handlers.handler_file().write_text(ACK_AFTER_COMMIT)
     moved = register_guest(name="Ack after commit")
     assert f"Interrupted; the delivery goes back to {transport.name()}." in learner.interrupt_at(
         "before-write", moved.code
@@ -154,7 +155,7 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
     assert "Applied: 1 ticket(s) deleted" in learner.manage("repair", second.code, "--apply").stdout
 
     # Step 3: the completion key in the same transaction.
-    lab.handler_file().write_text(WITH_COMPLETION_KEY)
+    handlers.handler_file().write_text(WITH_COMPLETION_KEY)
     inside = register_guest(name="Inside")
     learner.interrupt_at("inside-transaction", inside.code)
     assert not Completion.objects.filter(registration=inside).exists() and not inside.tickets.exists()  # rolled back
@@ -186,24 +187,24 @@ def test_the_whole_exercise_from_the_unsafe_handler_to_a_passing_lab_check(learn
 
 def test_lab_start_never_overwrites_the_learners_file_without_force(learner):
     assert learner.manage("lab", "start").returncode == 0
-    lab.handler_file().write_text(WITH_COMPLETION_KEY)
+    handlers.handler_file().write_text(WITH_COMPLETION_KEY)
     again = learner.manage("lab", "start")
     assert again.returncode == 2 and "already exists; your changes are kept" in again.stderr
-    assert lab.handler_file().read_text() == WITH_COMPLETION_KEY
+    assert handlers.handler_file().read_text() == WITH_COMPLETION_KEY
     assert learner.manage("lab", "start", "--force").returncode == 0
-    assert lab.handler_file().read_text() == lab.START_FILE.read_text()
+    assert handlers.handler_file().read_text() == lab.START_FILE.read_text()
 
 
 def test_lab_start_step_writes_that_steps_handler_and_leaves_the_data(learner):
     assert learner.manage("lab", "start", "--step", "2").returncode == 0
-    assert lab.handler_file().read_text() == lab.STEP_FILES[2].read_text()
+    assert handlers.handler_file().read_text() == lab.STEP_FILES[2].read_text()
     again = learner.manage("lab", "start", "--step", "3")
     assert again.returncode == 2 and "already exists; your changes are kept" in again.stderr
-    assert lab.handler_file().read_text() == lab.STEP_FILES[2].read_text()
+    assert handlers.handler_file().read_text() == lab.STEP_FILES[2].read_text()
     jumped = learner.manage("lab", "start", "--step", "3", "--force")
     assert jumped.returncode == 0, jumped.stderr
     assert "Data: your registrations are not changed" in jumped.stdout
-    assert lab.handler_file().read_text() == lab.STEP_FILES[3].read_text()
+    assert handlers.handler_file().read_text() == lab.STEP_FILES[3].read_text()
     assert Registration.objects.count() == 1  # Mina Patel only: no data was set up
     assert "invalid choice: 4" in learner.manage("lab", "start", "--step", "4", "--force").stderr
 
@@ -227,14 +228,14 @@ def test_lab_start_step_writes_that_steps_handler_and_leaves_the_data(learner):
 )
 def test_a_broken_learner_file_gets_a_short_message_and_the_delivery_stays(learner, broken, message):
     learner.manage("lab", "start")
-    lab.handler_file().write_text(broken)
+    handlers.handler_file().write_text(broken)
     registration = register_guest(name="Waiting Guest")
     result = learner.workers.run()
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
-    assert str(lab.handler_file()) in result.stderr
+    assert str(handlers.handler_file()) in result.stderr
     assert f"Nothing was taken from {transport.name()}" in result.stderr
-    lab.handler_file().write_text(WITH_COMPLETION_KEY)
+    handlers.handler_file().write_text(WITH_COMPLETION_KEY)
     assert f"Received {registration.code} redelivered=False" in learner.worker()
 
 
@@ -246,7 +247,7 @@ def test_lab_commands_refuse_outside_lab_mode(learner):
         )
         assert result.returncode == 2
         assert "The lab runs only in lab mode" in result.stderr
-    assert not lab.handler_file().exists()
+    assert not handlers.handler_file().exists()
 
 
 def test_outside_lab_mode_the_worker_never_runs_the_learners_file(learner):
@@ -264,7 +265,7 @@ def test_the_web_process_never_imports_the_learners_file(learner, client):
     learner.manage("lab", "start")
     client.post("/evening/", {"name": "Web Guest", "submission_key": ""})
     client.get("/registrations/")
-    assert not lab.loaded_in_this_process()
+    assert not handlers.loaded_in_this_process()
 
 
 def test_lab_reset_asks_first_and_keeps_mina_patel(learner):
@@ -329,7 +330,7 @@ def test_lab_check_passes_for_the_lessons_path_alone(learner):
     started = learner.manage("lab", "start", "--step", "3")
     assert started.returncode == 0, started.stderr
     assert "Next: docs/lab.md, step 3." in started.stdout
-    assert lab.handler_file().read_text() == lab.STEP_FILES[3].read_text()
+    assert handlers.handler_file().read_text() == lab.STEP_FILES[3].read_text()
     made = [register_guest(name=name) for name in lab.LESSON_GUESTS]
     assert "Drained 4 deliveries" in learner.worker("--drain")
     status, output = learner.check()

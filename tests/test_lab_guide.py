@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from classroom import lab
 from tests.conftest import ROOT
-from tickets import lab
 
 pytestmark = pytest.mark.fast
 

@@ -4,7 +4,7 @@ TicketsConfig.ready(); thin, every answer comes from the contract, the
 models or the services."""
 
 from delivery import channel
-from tickets import batch, contract, lab
+from tickets import batch, contract, handlers
 from tickets.models import (
     DeliveryFailure,
     ParkedDelivery,
@@ -24,7 +24,7 @@ class RegistrationsChannel(channel.Channel):
     hinted_ids = staticmethod(contract.hinted_ids)
     check_stored = staticmethod(contract.check_stored)
     claimed_id = staticmethod(contract.claimed_id)
-    handler_help = lab.SAFE_HANDLER
+    handler_help = handlers.SAFE_HANDLER
     intent_model = Registration
     intent_field = "registration"
     rejected_model = RejectedMessage
@@ -46,10 +46,10 @@ class RegistrationsChannel(channel.Channel):
         return Ticket.objects.made_since(intent_id, since)
 
     def default_handler(self) -> str:
-        return lab.default_handler()
+        return handlers.default_handler()
 
     def load_handler(self, spec):
-        return lab.load_handler(spec)  # lab.HandlerError is a channel.HandlerError
+        return handlers.load_handler(spec)  # handlers.HandlerError is a channel.HandlerError
 
     def handle_batch(self, messages, rejections, ack_all, pause):
         return batch.handle_batch(messages, rejections, ack_all, pause)

@@ -2,8 +2,9 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from classroom import lab
 from delivery import exits
-from tickets import lab
+from tickets import handlers
 from tickets.services.demo import reset_demo
 
 
@@ -32,7 +33,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         with exits.exit_codes():
-            lab.require_lab_mode()
+            handlers.require_lab_mode()
             getattr(self, f"do_{options['action']}")(options)
 
     def do_start(self, options):
@@ -44,16 +45,16 @@ class Command(BaseCommand):
             3: "The completion key and the ticket in one transaction, the ack after the commit.",
         }[step]
         source = f" (a copy of tickets/lab_files/{lab.STEP_FILES[step].name})" if step > 1 else ""
-        self.stdout.write(f"Your handler is {lab.shown(str(path))}{source}. {what}")
+        self.stdout.write(f"Your handler is {handlers.shown(str(path))}{source}. {what}")
         self.stdout.write("In lab mode `python manage.py worker` now runs it (NIGHTJAR_HANDLER or --handler override).")
         if step > 1:
             self.stdout.write(f"Data: {lab.STEP_DATA[step]}")
         self.stdout.write(f"Next: docs/lab.md, step {step}. When you think it is safe: python manage.py lab check")
 
     def do_check(self, options):
-        handler = lab.default_handler()
+        handler = handlers.default_handler()
         self.stdout.write(
-            f"Checking {lab.shown(handler)} on a disposable database and queue, then your data (read only)..."
+            f"Checking {handlers.shown(handler)} on a disposable database and queue, then your data (read only)..."
         )
         checks = lab.grade(handler, decided=lambda check: (self.stdout.write(check.line()), self.stdout.flush()))
         failed = sum(not check.passed for check in checks)

@@ -4,8 +4,9 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from classroom import verify
 from delivery import exits
-from tickets import lab, verify
+from tickets import handlers
 
 
 class Command(BaseCommand):
@@ -22,16 +23,16 @@ class Command(BaseCommand):
         parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
 
     def handle(self, *args, **options):
-        handler = options["handler"] or lab.default_handler()
+        handler = options["handler"] or handlers.default_handler()
         with exits.exit_codes():
-            lab.load_handler(handler)
+            handlers.load_handler(handler)
         if options["inside"]:
             self.run_scenarios(handler)
             return
-        self.stdout.write(f"Verifying {lab.shown(handler)} on a disposable database and queue...")
+        self.stdout.write(f"Verifying {handlers.shown(handler)} on a disposable database and queue...")
         status = verify.run_isolated(handler, stdout=self.stdout)
         if status != 0:
-            raise CommandError(f"{lab.shown(handler)} is not safe: see the FAIL lines above.", returncode=1)
+            raise CommandError(f"{handlers.shown(handler)} is not safe: see the FAIL lines above.", returncode=1)
 
     def run_scenarios(self, handler: str) -> None:
         database = str(settings.DATABASES["default"]["NAME"])

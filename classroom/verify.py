@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.management import call_command
 
 from delivery import transport
-from tickets import lab
+from tickets.handlers import shown
 from tickets.models import Completion
 from tickets.services.registrations import publish_registration, register_guest
 
@@ -195,7 +195,7 @@ class Scenarios:
             self.say(verdict.line())
         transport.delete_queues()
         passed = sum(verdict.passed for verdict in verdicts)
-        self.say(f"{passed} of {len(verdicts)} scenarios passed with {lab.shown(self.handler)}.")
+        self.say(f"{passed} of {len(verdicts)} scenarios passed with {shown(self.handler)}.")
         return passed == len(verdicts)
 
     def drain_leftovers(self) -> None:

@@ -1,24 +1,23 @@
-"""The learner's exercise: the learner's own handler file, loading it (only
-the worker and verify_handler do; the web never imports it), and grading it.
+"""The learner's exercise: `lab start` writes a step's handler file for the
+learner, and `lab check` grades it (verify_handler's scenarios, then the real
+data, read only).
 
 `lab start` copies tickets/lab_files/start_handler.py to lab/handler.py
 (NIGHTJAR_LAB_DIR); in lab mode the worker and verify_handler then use that
-file unless NIGHTJAR_HANDLER or --handler says otherwise.
+file unless NIGHTJAR_HANDLER or --handler says otherwise (tickets/handlers.py
+loads it).
 """
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 
-from delivery import channel, exits
+from classroom import verify
+from tickets.handlers import HandlerError, handler_file, require_lab_mode
 
-SAFE_HANDLER = "tickets.handler.handle"
-START_FILE = Path(__file__).resolve().parent / "lab_files" / "start_handler.py"
+START_FILE = Path(settings.BASE_DIR) / "tickets" / "lab_files" / "start_handler.py"
 # Each step's handler as a complete file (docs/lab.md shows the same text):
 # step 1 runs the starting, ack-first handler; step 2 the ack after the commit;
 # step 3 the completion key. `lab start --step N` writes step N's file.
@@ -40,84 +39,6 @@ STEP_DATA = {
 # grades outcomes, not names: every registration the learner made has exactly
 # one downloadable ticket, whatever the guests (detours included) are called.
 LESSON_GUESTS = ["Normal guest", "Retry guest", "Same name", "Same name"]
-
-
-class HandlerError(channel.HandlerError):
-    """The handler cannot be loaded; str() is a short sentence naming the line."""
-
-
-class LabModeOff(exits.UsageError):
-    pass
-
-
-def handler_file() -> Path:
-    return Path(settings.NIGHTJAR_LAB_DIR) / "handler.py"
-
-
-def shown(spec: str) -> str:
-    """A handler file as the learner would type it (relative to here when inside)."""
-    path = Path(spec)
-    if spec.endswith(".py") and path.is_absolute() and path.is_relative_to(Path.cwd()):
-        return str(path.relative_to(Path.cwd()))
-    return spec
-
-
-def require_lab_mode() -> None:
-    if not settings.NIGHTJAR_LAB:
-        raise LabModeOff(
-            "The lab runs only in lab mode; lab mode is off here, as in production. Start the site with "
-            "bin/run in this checkout: while it runs, every terminal in the checkout is in lab mode."
-        )
-
-
-def default_handler() -> str:
-    """NIGHTJAR_HANDLER if set; in lab mode the learner's file once `lab start`
-    made it; otherwise the safe handler."""
-    if settings.NIGHTJAR_HANDLER:
-        return settings.NIGHTJAR_HANDLER
-    if settings.NIGHTJAR_LAB and handler_file().exists():
-        return str(handler_file())
-    return SAFE_HANDLER
-
-
-def load_handler(spec: str) -> Callable:
-    """A dotted path (tickets.handler.handle) or a file path (lab/handler.py,
-    whose handle() is used). Raises HandlerError with a short sentence."""
-    if not spec.endswith(".py"):
-        try:
-            return import_string(spec)
-        except ImportError as error:
-            raise HandlerError(f"Cannot load handler {spec!r}: {error}") from None
-    path = Path(spec)
-    if not path.exists():
-        raise HandlerError(f"There is no handler file {path}; `python manage.py lab start` makes one.")
-    module_spec = importlib.util.spec_from_file_location("nightjar_learner_handler", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except SyntaxError as error:  # IndentationError and TabError are SyntaxErrors too
-        where = f"line {error.lineno}" if error.lineno else "somewhere"
-        text = f": {error.text.strip()}" if error.text and error.text.strip() else ""
-        raise HandlerError(f"{path}, {where}: {error.msg}{text}") from None
-    except Exception as error:
-        line = _line_in(error, path)
-        raise HandlerError(f"{path}{line}: {type(error).__name__}: {error}") from None
-    handle = getattr(module, "handle", None)
-    if not callable(handle):
-        raise HandlerError(f"{path} has no handle(message, ack, pause=None) function.")
-    return handle
-
-
-def _line_in(error: BaseException, path: Path) -> str:
-    frames = [frame for frame in _frames(error) if Path(frame.f_code.co_filename) == path]
-    return f", line {frames[-1].f_lineno}" if frames else ""
-
-
-def _frames(error: BaseException):
-    traceback = error.__traceback__
-    while traceback is not None:
-        yield traceback.tb_frame
-        traceback = traceback.tb_next
 
 
 def start(*, force: bool = False, step: int = 1) -> Path:
@@ -144,11 +65,6 @@ class Check:
         return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.sentence}"
 
 
-def loaded_in_this_process() -> bool:
-    """True if the learner's file was imported here (the web must never)."""
-    return "nightjar_learner_handler" in sys.modules
-
-
 # What to look at when a verify_handler scenario fails, by what its reason says.
 ACK_HINT = "look at where handle() calls ack(): it must come after the transaction commits."
 KEY_HINT = (
@@ -170,8 +86,6 @@ def grade(handler: str, decided: Callable[[Check], None] = lambda check: None) -
     a disposable database and queue, then the real data (read only).
     `decided` gets each check the moment it is decided (a scenario takes
     seconds), so `lab check` prints as it goes rather than all at the end."""
-    from tickets import verify
-
     checks: list[Check] = []
 
     def add(check: Check) -> None:
