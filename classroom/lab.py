@@ -9,12 +9,12 @@ loads it).
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
 from classroom import verify
+from classroom.verdicts import Verdict
 from tickets.handlers import HandlerError, handler_file, require_lab_mode
 
 START_FILE = Path(settings.BASE_DIR) / "tickets" / "lab_files" / "start_handler.py"
@@ -55,16 +55,6 @@ def start(*, force: bool = False, step: int = 1) -> Path:
     return target
 
 
-@dataclass
-class Check:
-    name: str
-    passed: bool
-    sentence: str
-
-    def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.sentence}"
-
-
 # What to look at when a verify_handler scenario fails, by what its reason says.
 ACK_HINT = "look at where handle() calls ack(): it must come after the transaction commits."
 KEY_HINT = (
@@ -81,45 +71,34 @@ def hint(reason: str) -> str:
     return "see docs/lab.md"
 
 
-def grade(handler: str, decided: Callable[[Check], None] = lambda check: None) -> list[Check]:
+def graded(scenario: Verdict) -> Verdict:
+    """A verify_handler scenario as one of `lab check`'s checks: a failure says what to look at."""
+    reason = scenario.reason if scenario.passed else f"{scenario.reason}; {hint(scenario.reason)}"
+    return Verdict(f"handler, {scenario.name}", scenario.passed, reason)
+
+
+def grade(handler: str, decided: Callable[[Verdict], None] = lambda check: None) -> list[Verdict]:
     """The teacher's checks: the handler through verify_handler's scenarios on
     a disposable database and queue, then the real data (read only).
     `decided` gets each check the moment it is decided (a scenario takes
     seconds), so `lab check` prints as it goes rather than all at the end."""
-    checks: list[Check] = []
+    checks: list[Verdict] = []
 
-    def add(check: Check) -> None:
+    def add(check: Verdict) -> None:
         checks.append(check)
         decided(check)
 
-    collect = _Collect(add)
-    status = verify.run_isolated(handler, stdout=collect)
+    printed: list[str] = []
+    status = verify.run_isolated(handler, say=printed.append, decided=lambda scenario: add(graded(scenario)))
     if not checks:
-        tail = " / ".join(collect.lines[-3:]) or f"exit status {status}"
-        add(Check("handler", False, f"verify_handler could not run it ({tail})."))
+        tail = " / ".join(printed[-3:]) or f"exit status {status}"
+        add(Verdict("handler", False, f"verify_handler could not run it ({tail})."))
     for check in data_checks():
         add(check)
     return checks
 
 
-class _Collect:
-    """verify_handler's output, line by line: each PASS/FAIL line a check."""
-
-    def __init__(self, add: Callable[[Check], None]) -> None:
-        self.add = add
-        self.lines: list[str] = []
-
-    def write(self, line: str) -> None:
-        self.lines.append(line)
-        verdict, _, rest = line.partition("  ")
-        if verdict not in ("PASS", "FAIL"):
-            return
-        scenario, _, reason = rest.partition(": ")
-        sentence = reason if verdict == "PASS" else f"{reason}; {hint(reason)}"
-        self.add(Check(f"handler, {scenario}", verdict == "PASS", sentence))
-
-
-def data_checks() -> list[Check]:
+def data_checks() -> list[Verdict]:
     """The real data, read only: what a teacher would look at after the exercise."""
     from django.db.models import Count
 
@@ -132,10 +111,10 @@ def data_checks() -> list[Check]:
     def codes(rows) -> list[str]:
         return [r.code for r in rows.order_by("pk")[:10]]
 
-    def check(name: str, found: list[str], passed: str, failed: str) -> Check:
+    def check(name: str, found: list[str], passed: str, failed: str) -> Verdict:
         if not found:
-            return Check(name, True, passed)
-        return Check(name, False, failed.format(codes=", ".join(found), first=found[0]))
+            return Verdict(name, True, passed)
+        return Verdict(name, False, failed.format(codes=", ".join(found), first=found[0]))
 
     checks = [
         check(
@@ -161,9 +140,9 @@ def data_checks() -> list[Check]:
     mina = Registration.objects.filter(pk=1, name=demo.DEMO_NAME).first()
     intact = mina is not None and mina.tickets.count() == 1 and Completion.objects.filter(registration=mina).exists()
     checks.append(
-        Check("Mina Patel's ticket intact", True, "R-0001 has her one ticket")
+        Verdict("Mina Patel's ticket intact", True, "R-0001 has her one ticket")
         if intact
-        else Check(
+        else Verdict(
             "Mina Patel's ticket intact",
             False,
             "R-0001 (Mina Patel) must keep exactly one ticket and its key; `python manage.py lab reset` puts her back.",
@@ -173,20 +152,20 @@ def data_checks() -> list[Check]:
     if not yours:
         names = ", ".join(dict.fromkeys(LESSON_GUESTS))
         checks.append(
-            Check("your registrations", False, f"none besides Mina Patel yet: register {names} as docs/lab.md says.")
+            Verdict("your registrations", False, f"none besides Mina Patel yet: register {names} as docs/lab.md says.")
         )
     else:
         wrong = [r.code for r in yours if r.tickets.count() != 1]
         if wrong:
             shown_codes = ", ".join(wrong[:10])
-            checks.append(Check("your registrations", False, f"{shown_codes} must have exactly one ticket each."))
+            checks.append(Verdict("your registrations", False, f"{shown_codes} must have exactly one ticket each."))
         else:
             for ticket in Ticket.objects.filter(registration__in=yours):
                 pdf.render(ticket)  # downloadable: the PDF renders
             listed = f"{yours[0].code} to {yours[-1].code}" if len(yours) > 1 else yours[0].code
-            checks.append(Check("your registrations", True, f"{listed}: one downloadable ticket each"))
+            checks.append(Verdict("your registrations", True, f"{listed}: one downloadable ticket each"))
     report = audit.audit_invariants(pending_older_than=10**9)
     checks.append(
-        Check("audit", report.passed, "every invariant holds" if report.passed else "; ".join(report.violations))
+        Verdict("audit", report.passed, "every invariant holds" if report.passed else "; ".join(report.violations))
     )
     return checks

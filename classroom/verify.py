@@ -14,12 +14,13 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
 
+from classroom import verdicts
+from classroom.verdicts import Verdict
 from delivery import transport
 from tickets.handlers import shown
 from tickets.models import Completion
@@ -27,16 +28,6 @@ from tickets.services.registrations import publish_registration, register_guest
 
 ROOT = Path(settings.BASE_DIR)
 WAIT_SECONDS = 30
-
-
-@dataclass
-class Verdict:
-    name: str
-    passed: bool
-    reason: str
-
-    def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.reason}"
 
 
 class ScenarioFailed(Exception):
@@ -52,24 +43,37 @@ def isolated_env(folder: Path) -> dict[str, str]:
     }
 
 
-def run_isolated(handler: str, *, stdout) -> int:
+def run_isolated(
+    handler: str, *, say: Callable[[str], None], decided: Callable[[Verdict], None] = lambda verdict: None
+) -> int:
     """Run every scenario in a child process on a disposable database and
-    queue; stream its verdict lines; return its exit status."""
+    queue; `say` gets each line it prints, `decided` each verdict (as data,
+    the moment the child has it); return its exit status."""
     with tempfile.TemporaryDirectory(prefix="nightjar-verify-") as folder:
         env = isolated_env(Path(folder))
+        written = Path(folder) / "verdicts.jsonl"
+        written.touch()
+        reader = verdicts.Reader(written)
         command = [sys.executable, str(ROOT / "manage.py"), "verify_handler", "--handler", handler, "--inside"]
+        command += ["--verdicts", str(written)]
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in child.stdout:
-            stdout.write(line.rstrip("\n"))
-        return child.wait()
+            say(line.rstrip("\n"))
+            for verdict in reader.new():  # the child writes a verdict before it prints its line
+                decided(verdict)
+        status = child.wait()
+        for verdict in reader.new():
+            decided(verdict)
+        return status
 
 
 class Scenarios:
     """Runs inside the child process: the database and queue are disposable."""
 
-    def __init__(self, handler: str, say: Callable[[str], None]) -> None:
+    def __init__(self, handler: str, say: Callable[[str], None], record: Callable[[Verdict], None]) -> None:
         self.handler = handler
         self.say = say
+        self.record = record
 
     def worker(self, *args: str) -> subprocess.Popen:
         command = [sys.executable, str(ROOT / "manage.py"), "worker", "--handler", self.handler, *args]
@@ -182,7 +186,7 @@ class Scenarios:
             ("the same registration delivered twice", self.repeated_delivery),
             ("two registrations with the same name", self.same_name_twice),
         ]
-        verdicts = []
+        results = []
         for name, scenario in scenarios:
             try:
                 verdict = Verdict(name, True, scenario())
@@ -191,12 +195,13 @@ class Scenarios:
             except subprocess.TimeoutExpired:
                 verdict = Verdict(name, False, f"a worker did not finish within {WAIT_SECONDS} s")
             self.drain_leftovers()
-            verdicts.append(verdict)
+            results.append(verdict)
+            self.record(verdict)
             self.say(verdict.line())
         transport.delete_queues()
-        passed = sum(verdict.passed for verdict in verdicts)
-        self.say(f"{passed} of {len(verdicts)} scenarios passed with {shown(self.handler)}.")
-        return passed == len(verdicts)
+        passed = sum(verdict.passed for verdict in results)
+        self.say(f"{passed} of {len(results)} scenarios passed with {shown(self.handler)}.")
+        return passed == len(results)
 
     def drain_leftovers(self) -> None:
         """Each scenario starts from an empty queue, whatever the last one left."""
