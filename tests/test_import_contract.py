@@ -1,8 +1,10 @@
 """The import direction between the apps, read from the source with ast (no
 import runs, no broker needed): the engine (delivery/) imports none of the
 apps that use it; nothing imports the door, the desk or the classroom (the
-desk may, once it shows arrivals); each broker
-client library is imported in one transport module and nowhere else."""
+desk may, once it shows arrivals); the classroom uses tickets and the
+engine only; no two modules import each other, even around a loop (as
+tickets/lab.py and tickets/verify.py once did); each broker client library is
+imported in one transport module and nowhere else."""
 
 import ast
 from pathlib import Path
@@ -21,8 +23,10 @@ FORBIDDEN = {
     "door": {"desk", "classroom"},
     "nightjar": {"door", "desk", "classroom"},
     "desk": {"classroom"},
-    "classroom": {"desk"},
+    "classroom": {"desk", "door", "nightjar"},  # tickets and delivery only
 }
+# Imported by nobody outside themselves (settings and URLs name them as strings).
+IMPORTED_BY_NOBODY = {"desk", "classroom"}
 # broker client library -> the one module that may import it
 BROKER_LIBRARIES = {"pika": "delivery/transport/amqp.py", "redis": "delivery/transport/redis_streams.py"}
 
@@ -61,6 +65,67 @@ def test_the_apps_import_only_in_the_allowed_directions():
     assert problems == []
 
 
+def test_nothing_outside_the_classroom_or_the_desk_imports_them():
+    """Every Python file of the project (bin/ and manage.py too), not only the apps above."""
+    problems = []
+    tops = [
+        top for top in ROOT.iterdir() if not top.name.startswith(".") and top.name not in {"tests", *IMPORTED_BY_NOBODY}
+    ]
+    paths = [path for top in tops for path in ([top] if top.suffix == ".py" else sorted(top.rglob("*.py")))]
+    for path in paths:
+        for line, module in imported_names(path.read_text()):
+            if module.split(".")[0] in IMPORTED_BY_NOBODY:
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert problems == []
+    assert {ROOT / "tickets" / "channel.py", ROOT / "manage.py"} <= set(paths)
+    assert all(IMPORTED_BY_NOBODY - {app} <= FORBIDDEN[app] for app in APPS if app in FORBIDDEN)
+
+
+def module_name(path: str) -> str:
+    parts = path.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the project modules it imports (`from tickets import lab` is tickets.lab)."""
+    names = {module_name(path) for path in sources}
+    graph = {name: set() for name in names}
+    for path, source in sources.items():
+        name = module_name(path)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                graph[name] |= {alias.name for alias in node.names} & names
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found = {f"{node.module}.{alias.name}" for alias in node.names} & names
+                graph[name] |= found or ({node.module} & names)
+        graph[name].discard(name)
+    return graph
+
+
+def import_loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import one another around a loop, sorted."""
+    reach = {name: set() for name in graph}
+    for name in graph:
+        todo = list(graph[name])
+        while todo:
+            other = todo.pop()
+            if other not in reach[name]:
+                reach[name].add(other)
+                todo += graph[other]
+    loops = {tuple(sorted(n for n in graph if n in reach[name] and name in reach[n])) for name in graph}
+    return sorted(list(loop) for loop in loops if loop)
+
+
+def test_no_two_modules_import_each_other():
+    sources = {path: source for _, path, source in app_sources()}
+    assert import_loops(module_imports(sources)) == []
+    circle = {
+        "tickets/lab.py": "def grade():\n    from tickets import verify\n",
+        "tickets/verify.py": "from tickets import lab\n",
+    }
+    assert import_loops(module_imports(circle)) == [["tickets.lab", "tickets.verify"]]
+
+
 def test_the_engine_is_read():
     """The contract above is not vacuous: the engine's modules are there to read."""
     read = {path for app, path, _ in app_sources() if app == "delivery"}
@@ -73,6 +138,8 @@ def test_the_engine_is_read():
         ("delivery", "delivery/worker.py", "def f():\n    from tickets.models import Ticket\n"),
         ("delivery", "delivery/worker.py", "import tickets.services\n"),
         ("tickets", "tickets/views.py", "from desk import charts\n"),
+        ("tickets", "tickets/channel.py", "from classroom import lab\n"),
+        ("classroom", "classroom/lab.py", "from door.services import arrivals\n"),
         ("delivery", "delivery/worker.py", "import pika\n"),
         ("tickets", "tickets/services/registrations.py", "from redis import Redis\n"),
     ],
@@ -85,6 +152,8 @@ def test_relative_and_allowed_imports_pass():
     assert not violations("delivery", "delivery/worker.py", "from . import metrics\nfrom delivery import transport\n")
     assert not violations("delivery", "delivery/transport/amqp.py", "import pika\nimport pika.exceptions\n")
     assert not violations("tickets", "tickets/services/registrations.py", "from delivery import transport\n")
+    classroom = "from classroom import verify\nfrom delivery import exits\nfrom tickets.handlers import shown\n"
+    assert not violations("classroom", "classroom/lab.py", classroom)
 
 
 def settings_read_outside_conf(path: str, source: str) -> list[str]:
