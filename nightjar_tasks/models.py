@@ -64,6 +64,9 @@ class TaskCompletion(models.Model):
     task = models.OneToOneField(TaskRecord, primary_key=True, on_delete=models.CASCADE, related_name="completion")
     completed = models.DateTimeField(default=timezone.now)
 
+    def __str__(self) -> str:
+        return f"task {self.task_id} done {self.completed:%Y-%m-%d %H:%M:%S}"
+
 
 def _task_key(related_name: str, on_delete=models.SET_NULL):
     return models.ForeignKey(TaskRecord, null=True, blank=True, on_delete=on_delete, related_name=related_name)
