@@ -239,9 +239,6 @@ class TasksChannel(channel.Channel):
 
 
 def register_channels() -> None:
-    """One channel per Django task queue our backends accept. Only on an
-    engine that serves several channels by name (delivery.channel.get)."""
-    if not hasattr(channel, "get"):
-        return
+    """One channel per Django task queue our backends accept."""
     for queue_name in conf.queue_names():
         channel.register(TasksChannel(queue_name))
