@@ -124,9 +124,7 @@ class TasksChannel(channel.Channel):
                 self.mine()
                 .filter(status=TaskResultStatus.READY)
                 .filter(Q(run_after__isnull=True) | Q(run_after__lte=now))
-                .filter(
-                    Q(published_at__isnull=True) | Q(published_at__lte=now - timedelta(seconds=older_than))
-                )
+                .filter(Q(published_at__isnull=True) | Q(published_at__lte=now - timedelta(seconds=older_than)))
                 .exclude(pk__in=TaskParked.objects.holding().filter(task__isnull=False).values("task"))
                 .order_by("enqueued_at", "pk")
             )

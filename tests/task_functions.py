@@ -2,6 +2,7 @@
 row of django.contrib.auth's Group, whose name is unique."""
 
 from django.contrib.auth.models import Group
+
 from nightjar_tasks import retry
 from nightjar_tasks.compat import task
 

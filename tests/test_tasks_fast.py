@@ -92,7 +92,9 @@ def test_get_result_reads_the_row_and_unknown_ids_do_not_exist():
 
 
 def test_a_body_that_is_not_a_task_message_is_a_rejected_record(tasks_channel):
-    transport.publish_raw([b'{"task": "x"}', messages.encode(424242, "tests.task_functions.add")], queue=tasks_channel.queue)
+    transport.publish_raw(
+        [b'{"task": "x"}', messages.encode(424242, "tests.task_functions.add")], queue=tasks_channel.queue
+    )
     drain()
     assert TaskRejectedMessage.objects.count() == 2
     assert ready(tasks_channel.queue) == 0
