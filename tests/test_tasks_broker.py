@@ -17,6 +17,7 @@ from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskRecord
 from tests import task_functions as tasks
 from tests.conftest import ROOT
+from tests.helpers import MODES
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -42,10 +43,11 @@ def manage(env, *args) -> subprocess.CompletedProcess:
 ROWS_AFTER_DEATH = {"before-write": 0, "inside-transaction": 0, "after-commit": 1}
 
 
+@MODES
 @pytest.mark.parametrize("checkpoint", list(ROWS_AFTER_DEATH))
-def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, workers):
+def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, mode, workers):
     result = tasks.insert_row.enqueue("once")
-    worker = workers.start(*TASKS, "--pause", checkpoint)
+    worker = workers.start(*TASKS, *mode, "--pause", checkpoint)
     worker.wait_for(f"Received task {result.id} redelivered=False")
     worker.wait_for(f"Paused {checkpoint}.")
     worker.signal(signal.SIGKILL)
@@ -53,7 +55,7 @@ def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, workers
     assert status == -signal.SIGKILL
     assert Group.objects.count() == ROWS_AFTER_DEATH[checkpoint]
 
-    rerun = workers.run(*TASKS)
+    rerun = workers.run(*TASKS, *mode)
     assert rerun.returncode == 0, rerun.stderr
     assert f"Received task {result.id} redelivered=True" in rerun.stdout
     assert list(Group.objects.values_list("name", flat=True)) == ["once"]
