@@ -3,6 +3,7 @@ worker loop in this process. Nothing here proves a delivery guarantee: each
 is proven with real brokers and killed worker processes in
 tests/test_tasks_broker.py."""
 
+import asyncio
 import io
 from datetime import timedelta
 
@@ -86,6 +87,7 @@ def test_get_result_reads_the_row_and_unknown_ids_do_not_exist():
     assert backend.get_result(result.id).status == TaskResultStatus.READY
     drain()
     assert tasks.add.get_result(result.id).return_value == 5
+    assert asyncio.run(backend.aget_result(result.id)).return_value == 5
     for unknown in ("999999", "not-a-number"):
         with pytest.raises(TaskResultDoesNotExist):
             backend.get_result(unknown)
