@@ -9,7 +9,10 @@ the redelivery finds the key and only acks.
 
 A body that raises is rolled back; then the failure is recorded (traceback,
 worker id, attempts) and the task retried after its backoff (reconcile
-publishes it when due), or, at its limit, FAILED and parked for staff."""
+publishes it when due), or, at its limit, FAILED and parked for staff.
+
+The signals go out with send_robust: a receiver that raises is logged by
+Django and never turns a committed (maybe acked) task into a failure."""
 
 import os
 import socket
@@ -86,7 +89,7 @@ def handle(message, ack, pause=None):
                 if not _insert_key(record.pk):
                     done = False
                 else:
-                    task_started.send(SENDER, task_result=result)
+                    task_started.send_robust(SENDER, task_result=result)
                     value = normalize_json(_call(task, result))
                     checkpoint(pause, "inside-transaction")
                     done = _mark_done(record, value, started)
@@ -95,7 +98,7 @@ def handle(message, ack, pause=None):
             if TaskCompletion.objects.filter(task_id=record.pk).exists():
                 done = False
             else:
-                task_started.send(SENDER, task_result=result)
+                task_started.send_robust(SENDER, task_result=result)
                 value = normalize_json(_call(task, result))
                 checkpoint(pause, "inside-transaction")
                 with transaction.atomic():
@@ -105,12 +108,12 @@ def handle(message, ack, pause=None):
         checkpoint(pause, "after-commit")
         ack()
         result = backends.to_result(failed, task)
-        task_finished.send(SENDER, task_result=result)  # inside the except: monitors see the traceback
+        task_finished.send_robust(SENDER, task_result=result)  # inside the except: monitors see the traceback
         return
     checkpoint(pause, "after-commit")
     ack()
     if done:
-        task_finished.send(SENDER, task_result=backends.to_result(record, task))
+        task_finished.send_robust(SENDER, task_result=backends.to_result(record, task))
 
 
 def _mark_done(record: TaskRecord, value, started) -> bool:
@@ -196,12 +199,12 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[
                 with transaction.atomic():  # the task's savepoint
                     if not _insert_key(record.pk):
                         continue
-                    task_started.send(SENDER, task_result=result)
+                    task_started.send_robust(SENDER, task_result=result)
                     value = normalize_json(_call(task, result))
                     _mark_done(record, value, started)
             except Exception as error:
                 failed = _record_failure(record, error, started, me)
-                task_finished.send(SENDER, task_result=backends.to_result(failed, task))
+                task_finished.send_robust(SENDER, task_result=backends.to_result(failed, task))
                 continue
             done.append(record.pk)
             finished.append(task)
@@ -209,5 +212,5 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[
     checkpoint(pause, "after-commit")
     ack_all()
     for pk, task in zip(done, finished, strict=True):
-        task_finished.send(SENDER, task_result=backends.to_result(records[pk], task))
+        task_finished.send_robust(SENDER, task_result=backends.to_result(records[pk], task))
     return done

@@ -17,7 +17,15 @@ from delivery import channel, transport
 from delivery.worker import Worker
 from nightjar_tasks import messages, publishing, runner
 from nightjar_tasks.backend import NightjarBackend
-from nightjar_tasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_enqueued, task_finished, task_started
+from nightjar_tasks.channel import TasksChannel
+from nightjar_tasks.compat import (
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord, TaskRejectedMessage
 from tests import task_functions as tasks
 
@@ -223,3 +231,35 @@ def test_batch_mode_runs_each_task_in_its_own_savepoint(tasks_channel):
     assert list(Group.objects.values_list("name", flat=True)) == ["batched"]
     assert TaskRejectedMessage.objects.count() == 1
     assert ready(tasks_channel.queue) == 0
+
+
+def test_a_receiver_that_raises_does_not_undo_a_done_task(tasks_channel):
+    def broken(sender, task_result, **kwargs):
+        raise RuntimeError("a broken error monitor")
+
+    task_finished.connect(broken)
+    try:
+        result = tasks.insert_row.enqueue("monitored")
+        drain()
+    finally:
+        task_finished.disconnect(broken)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert ready(tasks_channel.queue) == 0 and TaskFailure.objects.count() == 0
+
+
+def test_each_django_queue_has_its_broker_queue_and_channel(settings, tasks_channel):
+    settings.TASKS = {"default": {"BACKEND": "nightjar_tasks.backend.NightjarBackend", "QUEUES": ["default", "emails"]}}
+    emails = TasksChannel("emails")
+    assert (emails.name, emails.queue) == ("tasks.emails", f"{tasks_channel.queue}.emails")
+    channel.register(emails)
+    try:
+        result = tasks.add.using(queue_name="emails").enqueue(1, 2)
+        assert (ready(emails.queue), ready(tasks_channel.queue)) == (1, 0)
+        channel.select("tasks.emails")
+        drain()
+        assert tasks.add.get_result(result.id).return_value == 3
+        with pytest.raises(InvalidTaskError):
+            tasks.add.using(queue_name="unknown").enqueue(1, 2)
+    finally:
+        channel.unregister("tasks.emails")
