@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -119,15 +119,7 @@ class TasksChannel(channel.Channel):
         report = ReconcileReport(collected=self.collect_dead_letters())
         started = time.monotonic()
         while True:
-            now = timezone.now()
-            due = (
-                self.mine()
-                .filter(status=TaskResultStatus.READY)
-                .filter(Q(run_after__isnull=True) | Q(run_after__lte=now))
-                .filter(Q(published_at__isnull=True) | Q(published_at__lte=now - timedelta(seconds=older_than)))
-                .exclude(pk__in=TaskParked.objects.holding().filter(task__isnull=False).values("task"))
-                .order_by("enqueued_at", "pk")
-            )
+            due = self.due(stored_before=timezone.now() - timedelta(seconds=older_than))
             records = list(due[:limit])
             published = []
             try:
@@ -179,6 +171,66 @@ class TasksChannel(channel.Channel):
             TaskRecord.objects.filter(pk=record.pk).update(status=TaskResultStatus.FAILED, finished_at=timezone.now())
             park(record, delivery, reason)
         report.parked.append(label(record.pk))
+
+    # -- the domain's answers to the engine's reconcile and parking (delivery/reconcile.py, issue-24-engine) --
+
+    refusal = channel.DomainError
+
+    def due(self, *, stored_before):
+        """READY tasks to publish: due (run_after passed) and never published
+        (deferred, or waiting for a retry) or published before stored_before
+        (the grace period: a lost publish); none that is parked."""
+        now = timezone.now()
+        return (
+            self.mine()
+            .filter(status=TaskResultStatus.READY)
+            .filter(Q(run_after__isnull=True) | Q(run_after__lte=now))
+            .filter(Q(published_at__isnull=True) | Q(published_at__lte=stored_before))
+            .exclude(pk__in=TaskParked.objects.holding().filter(task__isnull=False).values("task"))
+            .order_by("enqueued_at", "pk")
+        )
+
+    def _after(self, due, after):
+        if after is None:
+            return due
+        return due.filter(Q(enqueued_at__gt=after.enqueued_at) | Q(enqueued_at=after.enqueued_at, pk__gt=after.pk))
+
+    def pending(self, *, stored_before, after=None, limit: int) -> list:
+        return list(self._after(self.due(stored_before=stored_before), after)[:limit])
+
+    def pending_count(self, *, stored_before, after=None) -> int:
+        return self._after(self.due(stored_before=stored_before), after).count()
+
+    def publish(self, intent) -> None:
+        publishing.publish(intent)
+
+    def republished(self, intents: list, *, actor: str, older_than: float) -> None:
+        publishing.mark_published(intents)
+
+    def settled(self, intent_id: int) -> bool:
+        return not TaskRecord.objects.filter(pk=intent_id, status=TaskResultStatus.READY).exists()
+
+    def find(self, label: str):
+        record = TaskRecord.objects.filter(pk=task_key(label)).first()
+        if record is None:
+            raise self.refusal(f"There is no {label!r}.")
+        return record
+
+    def refuse_republish(self, intent, what: str) -> None:
+        if TaskCompletion.objects.filter(task_id=intent.pk).exists():
+            raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
+
+    def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
+        """No trace table of its own (the parked record keeps who and when);
+        a requeue gives the task back to the workers with a fresh retry budget."""
+        if action == "requeue":
+            TaskRecord.objects.filter(pk=intent.pk).update(
+                status=TaskResultStatus.READY,
+                finished_at=None,
+                run_after=None,
+                requeued_at_attempt=F("attempts"),
+                published_at=timezone.now(),
+            )
 
     def requeue_parked(self, *, code: str, actor: str) -> str:
         """Staff: run a parked task again, with a fresh retry budget."""
