@@ -79,7 +79,7 @@ class Channel:
 
     def stored(self, ids: Iterable[int]) -> dict[int, tuple[object, float]]:
         """For each stored intent among ids: (what check_stored compares, when
-        it was stored in seconds since the epoch). One query."""
+        it was stored in seconds since the epoch). One query ({} without one for no ids)."""
         raise NotImplementedError
 
     def check_stored(self, message, stored) -> None:
