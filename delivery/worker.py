@@ -18,7 +18,7 @@ from typing import TextIO
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from delivery import channel, conf, metrics, recording, transport
+from delivery import channel, conf, metrics, reconcile, recording, transport
 from delivery.checkpoints import Pause
 from delivery.codec import ContractError
 
@@ -447,7 +447,9 @@ class Worker:
 
     def reconcile(self) -> None:
         try:
-            report = self.channel.reconcile(**self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)")
+            report = reconcile.reconcile(
+                self.channel, **self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)"
+            )
         except Exception:
             logger.exception("Reconcile failed; trying again at the next interval")
             return

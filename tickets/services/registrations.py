@@ -6,7 +6,7 @@ which every other service builds on."""
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from delivery import channel, conf, metrics, transport
@@ -136,3 +136,12 @@ def pending_registrations():
     parked, oldest first. A ticket without its key is not pending: publishing
     it again would make a second ticket (repair adds the key)."""
     return Registration.objects.filter(~has_ticket(), ~has_key(), ~is_parked()).order_by("created", "id")
+
+
+def pending_since(*, stored_before, after: Registration | None = None):
+    """Pending registrations stored before the cutoff, oldest first, after the
+    registration `after` (a keyset cursor: reconcile's passes)."""
+    due = pending_registrations().filter(created__lte=stored_before)
+    if after is not None:
+        due = due.filter(Q(created__gt=after.created) | Q(created=after.created, id__gt=after.pk))
+    return due
