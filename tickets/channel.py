@@ -74,7 +74,7 @@ class RegistrationsChannel(channel.Channel):
         return registrations.pending_since(stored_before=stored_before, after=after).count()
 
     def publish(self, intent):
-        registrations.publish_registration(intent)
+        registrations.publish_registration(intent, queue=self.queue)
 
     def republished(self, intents, *, actor, older_than):
         detail = f"Reconcile published it again (no ticket {older_than:g} s after registering)."

@@ -40,13 +40,14 @@ def find_registration(*, code: str) -> Registration:
         raise UnknownRegistration(f"There is no registration {contract.format_code(registration_id)}.") from None
 
 
-def publish_registration(registration: Registration) -> None:
-    """Publish one delivery of a registration. Raises transport.BrokerError.
+def publish_registration(registration: Registration, *, queue: str | None = None) -> None:
+    """Publish one delivery of a registration (on NIGHTJAR_QUEUE, the
+    registrations channel's queue, unless told). Raises transport.BrokerError.
     Never call it inside a transaction: it waits on the network."""
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     # message_id tells publications apart in logs; dedup is by the body's ID.
     message_id = f"{registration.code}/{timezone.now().timestamp():.6f}"
-    transport.publish(body, message_id=message_id, queue=conf.NIGHTJAR_QUEUE)
+    transport.publish(body, message_id=message_id, queue=queue or conf.NIGHTJAR_QUEUE)
 
 
 def refuse_ticket_without_key(registration: Registration, what: str) -> None:
