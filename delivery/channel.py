@@ -79,7 +79,7 @@ class Channel:
 
     def stored(self, ids: Iterable[int]) -> dict[int, tuple[object, float]]:
         """For each stored intent among ids: (what check_stored compares, when
-        it was stored in seconds since the epoch). One query."""
+        it was stored in seconds since the epoch). One query ({} without one for no ids)."""
         raise NotImplementedError
 
     def check_stored(self, message, stored) -> None:
@@ -122,29 +122,45 @@ class Channel:
         """The intent key a body names, however broken the rest is. Never raises."""
         raise NotImplementedError
 
-    # -- reconcile and parking (the `reconcile` and `parked` commands) --
+    # -- reconcile and parking (delivery/reconcile.py runs them; these are the domain's answers) --
 
-    def reconcile(self, *, limit: int, older_than: float, actor: str):
-        """Collect dead letters, then republish pending intents older than the
-        grace period. Returns a report with .collected (parked, requeued),
-        .published (labels), .remaining and .passes; raises BrokerError."""
+    refusal = DomainError  # what the channel's refusals are (a subclass of DomainError)
+
+    def pending(self, *, stored_before, after=None, limit: int) -> list:
+        """Up to limit intents stored before that datetime and not done yet
+        (nor parked, nor unsafe to deliver again), oldest first, after the
+        intent `after` (the last one of the previous pass) when given."""
         raise NotImplementedError
 
-    def collect_dead_letters(self):
-        """Move the dead-letter queue into the records; a report with .parked,
-        .requeued (labels), .dropped and .rejected."""
+    def pending_count(self, *, stored_before, after=None) -> int:
+        """How many pending() would list without a limit."""
         raise NotImplementedError
 
-    def requeue_parked(self, *, code: str, actor: str) -> str:
-        """Publish a parked intent again; its label. Raise DomainError."""
+    def publish(self, intent) -> None:
+        """Publish one delivery of a stored intent on self.queue; raises BrokerError.
+        Never called inside a transaction: it waits on the network."""
         raise NotImplementedError
 
-    def discard_parked(self, *, code: str, actor: str) -> str:
-        """Give up on a parked intent; its label. Raise DomainError."""
+    def republished(self, intents: list, *, actor: str, older_than: float) -> None:
+        """Note in their history that reconcile published these again (one statement)."""
         raise NotImplementedError
 
-    def parked_lines(self) -> list[str]:
-        """One line per parked delivery waiting for staff."""
+    def settled(self, intent_id: int) -> bool:
+        """Whether a dead letter of this intent needs nothing: done, or not to
+        be delivered again (tickets: a ticket without its key)."""
+        raise NotImplementedError
+
+    def find(self, label: str):
+        """The intent people call label; raise self.refusal when there is none."""
+        raise NotImplementedError
+
+    def refuse_republish(self, intent, what: str) -> None:
+        """Raise self.refusal when the intent must not be published again
+        (`what` completes "it is not ...": "requeued")."""
+        raise NotImplementedError
+
+    def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
+        """The trace of a staff change, inside its transaction."""
         raise NotImplementedError
 
     def actor(self, command: str) -> str:

@@ -108,3 +108,26 @@ def test_each_channel_consumes_only_its_own_queue(second):
     with pytest.raises(CommandError, match="No delivery channel is named 'third'") as refused:
         call_command("worker", "--drain", "--channel", "third")
     assert refused.value.returncode == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reconcile_and_parked_serve_the_named_channel_on_its_own_queue(second, settings):
+    from delivery import transport
+    from tickets.models import Registration
+
+    settings.NIGHTJAR_DELIVERY_LIMIT = 0  # the first return dead-letters it
+    lost = Registration.objects.create(name="Ravi Shah")  # stored, its publish lost
+    out = io.StringIO()
+    call_command("reconcile", "--older-than", "0", "--channel", "second", stdout=out)
+    assert out.getvalue().splitlines()[0] == lost.code.join(["Republished ", ""])
+    assert transport.queue_counts(second.queue)["ready"] == 1
+    assert transport.queue_counts(transport.queue_name())["ready"] == 0
+
+    consumer = transport.Consumer(queue=second.queue)
+    consumer.requeue(consumer.get().tag)  # a failed return: past the limit now
+    assert consumer.get() is None  # moved to second's dead letters
+    consumer.close()
+    out = io.StringIO()
+    call_command("parked", "--channel", "second", "collect", stdout=out)
+    assert out.getvalue().splitlines()[0] == f"Requeued {lost.code} (dead-lettered by interruptions alone)"
+    assert transport.queue_counts(second.queue)["ready"] == 1  # published again, on its own queue

@@ -23,6 +23,7 @@ import pytest
 from django.db import connection
 
 from delivery import transport
+from delivery.health import describe_replicas
 from tests import netns
 from tests.conftest import ROOT, Guest, Process, database_url
 from tests.helpers import until
@@ -31,7 +32,6 @@ from tickets.models import Registration, Ticket
 from tickets.services.audit import audit_invariants
 from tickets.services.reconcile import reconcile_registrations
 from tickets.services.registrations import pending_registrations, register_guest
-from tickets.services.status import describe_replicas
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
 

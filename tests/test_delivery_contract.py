@@ -225,7 +225,7 @@ def test_a_worker_reads_the_registrations_of_waiting_deliveries_at_once_and_stil
                 # Changed after it was read ahead, and the read grown old: read again.
                 Registration.objects.filter(pk=renamed.pk).update(name="Renamed Guest")
                 worker.ahead_read -= 2
-            worker.process(delivery)
+            worker.process([delivery])
         worker.consumer.flush_acks()
     finally:
         worker.close()

@@ -22,7 +22,7 @@ from delivery.transport import memory
 from delivery.worker import Worker
 from tests.helpers import break_tickets_table, mend_tickets_table
 from tickets.handler import handle
-from tickets.models import Completion, Registration, RejectedMessage, Ticket
+from tickets.models import Completion, Redelivery, Registration, RejectedMessage, Ticket
 from tickets.services.registrations import register_guest, retry_registration
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
@@ -103,6 +103,24 @@ def test_a_poison_body_is_recorded_once_and_acked_in_process(batch):
     assert Ticket.objects.count() == 1 and valid.tickets.count() == 1
     counts = transport.queue_counts(transport.queue_name())
     assert (counts["ready"], counts["unacked"], counts["dead"]) == (0, 0, 0)
+
+
+@BATCH
+def test_one_screening_path_a_redelivered_poison_body_is_rejected_and_noted_as_a_redelivery(batch):
+    """A delivery is a batch of one (Worker.screen): per delivery as in a
+    batch, the rejection is recorded, the delivery acked, and its coming again
+    noted for staff (per delivery, this was skipped before the one path)."""
+    transport.publish_raw([b'{"id":"R-99999999","name":"Nobody","v":1}'])
+    peek = transport.Consumer(queue=transport.queue_name())
+    assert peek.get() is not None
+    peek.close()  # handed back: it comes again, redelivered
+
+    _, out = drain(batch)
+
+    assert "Rejected a delivery redelivered=True: There is no registration R-99999999" in out
+    assert RejectedMessage.objects.count() == 1
+    assert list(Redelivery.objects.values_list("registration_id", flat=True)) == [None]
+    assert transport.queue_counts(transport.queue_name())["ready"] == 0
 
 
 def test_a_database_error_in_process_leaves_the_delivery_for_a_later_run():

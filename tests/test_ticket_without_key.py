@@ -17,7 +17,7 @@ from delivery import transport
 from tests.conftest import ROOT
 from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration
-from tickets.services.parking import collect_dead_letters, requeue_parked
+from tickets.services.reconcile import collect_dead_letters, requeue_parked
 from tickets.services.registrations import NightjarError, pending_registrations, register_guest
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]

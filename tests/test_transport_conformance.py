@@ -1,13 +1,24 @@
 """Each transport's Consumer keeps the written protocol
 (delivery/transport/protocol.py), against the real broker: RabbitMQ here,
-Redis Streams when bin/test runs the suite with NIGHTJAR_TEST_TRANSPORT=redis."""
+Redis Streams when bin/test runs the suite with NIGHTJAR_TEST_TRANSPORT=redis
+(the broker tier), and the in-memory transport the fast tier stands on (each
+test once more, marked fast: tests/conftest.py gives it memory://)."""
 
 import pytest
 
 from delivery import transport
 from delivery.transport.protocol import Consumer as ConsumerProtocol
 
-pytestmark = pytest.mark.broker
+
+@pytest.fixture(
+    autouse=True,
+    params=[pytest.param("broker", marks=pytest.mark.broker), pytest.param("memory", marks=pytest.mark.fast)],
+)
+def on(request):
+    """Which transport: the tier's (the conftest's test_settings sets the broker URL from the marker)."""
+    expected = "memory" if request.param == "memory" else ("redis_streams", "amqp")
+    assert transport.kind() in expected
+    return request.param
 
 
 def take(consumer, count: int) -> list:

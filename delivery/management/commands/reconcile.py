@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery import exits
+from delivery import exits, reconcile
 
 SHOWN = 50  # codes listed one per line; a backlog of thousands is summed up
 
@@ -27,8 +27,8 @@ class Command(BaseCommand):
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
         user = exits.select_channel(options["channel"])
         with exits.exit_codes():
-            report = user.reconcile(
-                limit=options["limit"], older_than=options["older_than"], actor=user.actor("reconcile")
+            report = reconcile.reconcile(
+                user, limit=options["limit"], older_than=options["older_than"], actor=user.actor("reconcile")
             )
         collected = report.collected
         for code in collected.parked:
