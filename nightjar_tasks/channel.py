@@ -3,18 +3,11 @@
 task queue ("tasks" for "default", "tasks.<q>" for another), each on its own
 broker queue (conf.broker_queue); registered in NightjarTasksConfig.ready()."""
 
-import time
-from dataclasses import dataclass, field
-from datetime import timedelta
-
-from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from delivery import channel, transport
-from delivery.codec import ContractError
-from delivery.recording import park, record_rejection
 from nightjar_tasks import conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
@@ -26,24 +19,6 @@ from nightjar_tasks.models import (
     TaskRejectedMessage,
     TaskWorkerReport,
 )
-
-RECONCILE_ACTOR = "nightjar (reconcile)"
-
-
-@dataclass
-class CollectReport:
-    parked: list[str] = field(default_factory=list)
-    requeued: list[str] = field(default_factory=list)
-    dropped: int = 0
-    rejected: int = 0
-
-
-@dataclass
-class ReconcileReport:
-    published: list[str] = field(default_factory=list)
-    remaining: int = 0
-    passes: int = 0
-    collected: CollectReport | None = None
 
 
 def label(task_id: int) -> str:
@@ -111,67 +86,6 @@ class TasksChannel(channel.Channel):
     def mine(self):
         return TaskRecord.objects.filter(queue_name=self.queue_name)
 
-    def reconcile(self, *, limit: int = 100, older_than: float = 60, actor: str = RECONCILE_ACTOR, **_):
-        """Collect dead letters, then publish what is due: READY tasks never
-        published (deferred, or waiting for a retry) whose run_after has come,
-        and those published longer than the grace period ago (a publish that
-        failed, or a message the broker lost; the worker runs a repeat once)."""
-        report = ReconcileReport(collected=self.collect_dead_letters())
-        started = time.monotonic()
-        while True:
-            due = self.due(stored_before=timezone.now() - timedelta(seconds=older_than))
-            records = list(due[:limit])
-            published = []
-            try:
-                for record in records:
-                    publishing.publish(record)
-                    published.append(record)
-                    report.published.append(label(record.pk))
-            finally:
-                publishing.mark_published(published)
-            report.passes += 1
-            if len(records) < limit or time.monotonic() - started > 300:
-                break
-        report.remaining = due.count()
-        return report
-
-    def collect_dead_letters(self, *, limit: int = 1000):
-        """What the broker dead-lettered: a body that names no task is a
-        rejected record; a done task needs nothing; anything else is parked
-        (FAILED) for staff."""
-        report = CollectReport()
-        consumer = transport.Consumer(queue=self.queue)
-        try:
-            for _ in range(limit):
-                delivery = consumer.get(dead=True)
-                if delivery is None:
-                    break
-                self._collect_one(delivery, report)
-                consumer.ack(delivery.tag)
-        finally:
-            consumer.close()
-        return report
-
-    def _collect_one(self, delivery, report: CollectReport) -> None:
-        try:
-            message = messages.decode(delivery.body)
-            record = TaskRecord.objects.filter(pk=message.task_id).first()
-            messages.check_stored(message, record.task_path if record else None)
-        except ContractError as error:
-            with transaction.atomic():
-                record_rejection(delivery=delivery, reason=str(error))
-            report.rejected += 1
-            return
-        if record.status != TaskResultStatus.READY or TaskParked.objects.holding().filter(task=record).exists():
-            report.dropped += 1
-            return
-        failure = record.delivery_failures.first()
-        reason = f"{failure.error} (worker {failure.worker})" if failure else "dead-lettered by the broker"
-        with transaction.atomic():
-            TaskRecord.objects.filter(pk=record.pk).update(status=TaskResultStatus.FAILED, finished_at=timezone.now())
-            park(record, delivery, reason)
-        report.parked.append(label(record.pk))
-
     # -- the domain's answers to the engine's reconcile and parking (delivery/reconcile.py, issue-24-engine) --
 
     refusal = channel.DomainError
@@ -231,42 +145,6 @@ class TasksChannel(channel.Channel):
                 requeued_at_attempt=F("attempts"),
                 published_at=timezone.now(),
             )
-
-    def requeue_parked(self, *, code: str, actor: str) -> str:
-        """Staff: run a parked task again, with a fresh retry budget."""
-        key = task_key(code)
-        with transaction.atomic():
-            record = TaskRecord.objects.select_for_update().filter(pk=key).first()
-            held = TaskParked.objects.holding().filter(task_id=key)
-            if record is None or not held.exists():
-                raise channel.DomainError(f"{label(key)} is not parked.")
-            if TaskCompletion.objects.filter(task_id=key).exists():
-                raise channel.DomainError(f"{label(key)} is done already.")
-            held.update(resolution=TaskParked.REQUEUED, resolved_by=actor[:150], resolved_at=timezone.now())
-            record.status, record.finished_at, record.run_after = TaskResultStatus.READY, None, None
-            record.requeued_at_attempt, record.published_at = record.attempts, timezone.now()
-            record.save()
-            transaction.on_commit(lambda: publishing.publish_after_commit(record))
-        return label(key)
-
-    def discard_parked(self, *, code: str, actor: str) -> str:
-        key = task_key(code)
-        with transaction.atomic():
-            waiting = TaskParked.objects.select_for_update().filter(task_id=key, resolution="")
-            if not waiting.exists():
-                raise channel.DomainError(f"{label(key)} has no parked delivery waiting for staff.")
-            waiting.update(resolution=TaskParked.DISCARDED, resolved_by=actor[:150], resolved_at=timezone.now())
-        return label(key)
-
-    def parked_lines(self) -> list[str]:
-        lines = []
-        for parked in TaskParked.objects.filter(resolution="", task__queue_name=self.queue_name).select_related("task"):
-            path = parked.task.task_path if parked.task else "(no task)"
-            lines.append(
-                f"{label(parked.task_id)}  {path}  parked {parked.parked:%Y-%m-%d %H:%M:%S}"
-                f"  after {parked.attempts} attempts  {parked.reason}"
-            )
-        return lines
 
     def actor(self, command: str) -> str:
         import getpass

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from delivery import channel, transport
+from delivery import reconcile as engine
 from delivery.worker import Worker
 from nightjar_tasks import messages, publishing, runner
 from nightjar_tasks.backend import NightjarBackend
@@ -56,7 +57,7 @@ def drain(batch: int | None = None) -> str:
 
 
 def reconcile():
-    return channel.current().reconcile(limit=100, older_than=60, actor="test")
+    return engine.reconcile(channel.current(), limit=100, older_than=60, actor="test")
 
 
 def test_enqueue_in_a_rolled_back_transaction_stores_and_publishes_nothing(tasks_channel):
@@ -124,11 +125,11 @@ def test_a_failing_task_is_retried_then_failed_and_parked_then_requeued_by_staff
     assert result.errors[-1].exception_class_path == "builtins.RuntimeError"
     assert TaskFailure.objects.count() == 2
     assert Group.objects.count() == 0  # every failed attempt rolled back
-    assert len(channel.current().parked_lines()) == 1
+    assert len(engine.parked_lines(channel.current())) == 1
     assert reconcile().published == []  # parked: reconcile leaves it alone
 
     Group.objects.create(name="fixed-late")
-    channel.current().requeue_parked(code=result.id, actor="staff")
+    engine.requeue_parked(channel.current(), code=result.id, actor="staff")
     drain()
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
