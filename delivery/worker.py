@@ -1,7 +1,8 @@
-"""The consume loop around the handler: take a delivery, check it against the
-contract and the stored registration, run the handler, and never ack on an
-error. One delivery at a time (`take_one`), until empty (`drain`), or as a
-service until SIGTERM (`serve`), finishing the current delivery first.
+"""The consume loop around the handler: take deliveries, screen them against
+the contract and the stored intents (one path, `screen`, for a batch of one
+as for a batch), run the handler, and never ack on an error. One delivery
+(one batch) at a time (`take_one`), until empty (`drain`), or as a service
+until SIGTERM (`serve`), finishing the current delivery first.
 """
 
 import logging
@@ -17,7 +18,7 @@ from typing import TextIO
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from delivery import channel, conf, metrics, recording, transport
+from delivery import channel, conf, metrics, reconcile, recording, transport
 from delivery.checkpoints import Pause
 from delivery.codec import ContractError
 
@@ -83,7 +84,7 @@ class Worker:
         self.stdout.flush()
 
     def connect(self) -> None:
-        self.consumer = transport.Consumer(prefetch=self.prefetch)
+        self.consumer = transport.Consumer(prefetch=self.prefetch, queue=self.channel.queue)
         if self.pause is not None:
             keepalive = self.consumer.keepalive
             self.pause.keepalive = lambda seconds: (self.beat(), keepalive(seconds))
@@ -133,40 +134,61 @@ class Worker:
                 break
         return deliveries
 
-    def process_batch(self, deliveries: list[transport.Delivery]) -> None:
-        """Check every delivery, then one transaction and one ack for them all.
-        Raises on a database error, leaving the whole batch unacked."""
+    def screen(self, deliveries: list[transport.Delivery], *, batch: bool) -> tuple[list, list, dict]:
+        """The one screening path, for a batch of one as for a batch: decode
+        every body (the contract), read the stored intents in one query
+        (outside batch mode with those of the deliveries already waiting: see
+        read_ahead), note redeliveries, and check each message against its
+        own stored intent. Returns (accepted: [(delivery, message, key)],
+        rejections: [(delivery, reason)], stored: {key: (what, when stored)});
+        the caller records the rejections before it acks them."""
+        user = self.channel
+        decoded, rejections = [], []
+        for delivery in deliveries:
+            try:
+                message = user.decode(delivery.body)
+            except ContractError as error:
+                rejections.append((delivery, str(error)))
+                continue
+            decoded.append((delivery, message, user.intent_id(message)))
+        keys = {key for _, _, key in decoded}
+        stored = self.read_ahead(*keys) if len(keys) == 1 and not batch else user.stored(keys)  # {} for none
+        self.note_redeliveries(deliveries, {delivery.tag: key for delivery, _, key in decoded})
+        accepted = []
+        for delivery, message, key in decoded:
+            try:
+                user.check_stored(message, stored.get(key, (None,))[0])
+            except ContractError as error:
+                rejections.append((delivery, str(error)))
+                continue
+            accepted.append((delivery, message, key))
+        return accepted, rejections, stored
+
+    def process(self, deliveries: list[transport.Delivery], *, batch: bool = False) -> None:
+        """Screen the deliveries, then hand what passed to the handler: one
+        transaction and one ack for them all in batch mode (handle_batch), else
+        the per-delivery handler for the one delivery. Raises on a database
+        error, leaving what was not acked unacked."""
         self.check_connections()
         started = time.perf_counter()
+        accepted, rejections, stored = self.screen(deliveries, batch=batch)
+        if batch:
+            self.handle_batch(deliveries, accepted, rejections, stored, started)
+            return
+        for delivery, reason in rejections:
+            self.reject(delivery, reason)
+        for delivery, message, key in accepted:
+            self.handle_one(delivery, message, key, stored[key][1], started)
+
+    def handle_batch(self, deliveries, accepted, rejections, stored, started: float) -> None:
+        """The checked messages and the rejections in one transaction (the
+        channel's handle_batch), then one ack for the whole batch."""
         user = self.channel
-        messages, rejections = [], []
-        decoded = {}
-        for delivery in deliveries:
-            try:
-                decoded[delivery.tag] = user.decode(delivery.body)
-            except ContractError as error:
-                rejections.append((delivery, str(error)))
-        received = []
-        keys = {tag: user.intent_id(message) for tag, message in decoded.items()}
-        ids = set(keys.values())
-        stored = user.stored(ids)
-        self.note_redeliveries(deliveries, keys)
-        for delivery in deliveries:
-            message = decoded.get(delivery.tag)
-            if message is None:
-                continue
-            try:
-                user.check_stored(message, stored.get(keys[delivery.tag], (None,))[0])
-            except ContractError as error:
-                rejections.append((delivery, str(error)))
-                continue
-            messages.append(message)
-            received.append(f"Received {user.label(keys[delivery.tag])} redelivered={delivery.redelivered}")
-        if received:
-            self.say("\n".join(received))  # one write for the batch
-        if messages:
-            first, last = min(ids), max(ids)
-            self.on = f"batch of {len(deliveries)}, {user.label(first)}–{user.label(last)}"
+        messages = [message for _, message, _ in accepted]
+        if accepted:
+            self.say("\n".join(f"Received {user.label(key)} redelivered={d.redelivered}" for d, _, key in accepted))
+            keys = [key for _, _, key in accepted]
+            self.on = f"batch of {len(deliveries)}, {user.label(min(keys))}–{user.label(max(keys))}"
         tags = [delivery.tag for delivery in deliveries]
         ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
         new = user.handle_batch(messages, rejections, ack_all, self.pause)
@@ -178,19 +200,10 @@ class Worker:
         metrics.BATCH_SIZE.observe(len(deliveries))
         self.say("Handler returned.")
 
-    def process(self, delivery: transport.Delivery) -> None:
-        """Check one delivery, then run the handler or record the rejection.
-        Raises on a database error, leaving the delivery unacked."""
-        self.check_connections()
-        started = time.perf_counter()
-        try:
-            message, key, created = self.check(delivery)
-        except ContractError as error:
-            self.reject(delivery, str(error))
-            return
+    def handle_one(self, delivery: transport.Delivery, message, key: int, created: float, started: float) -> None:
+        """The per-delivery handler, which acks after its own commit."""
         code = self.channel.label(key)
         self.say(f"Received {code} redelivered={delivery.redelivered}")
-        self.note_redeliveries([delivery], {delivery.tag: key})
         self.current, self.current_acked = delivery, False
         self.on = code
         since = timezone.now() if delivery.redelivered else None
@@ -268,28 +281,19 @@ class Worker:
             " and the next reconcile publishes it again."
         )
 
-    def check(self, delivery: transport.Delivery) -> tuple[object, int, float | None]:
-        """The contract, then the stored intent: a body that names an unknown
-        registration or another name is not a repeat of anything. Returns the
-        message, its intent's key and when that was stored."""
-        message = self.channel.decode(delivery.body)
-        key = self.channel.intent_id(message)
-        name, created = self.stored(key)
-        self.channel.check_stored(message, name)
-        return message, key, created
-
-    def stored(self, key: int) -> tuple[str | None, float | None]:
-        """The stored name of a registration and when it was stored, (None,
-        None) if there is none. Read in one query with those of the deliveries
-        already waiting in the consumer's buffer, as a batch reads its own: a
-        delivery finds its row read at most a second before (else read again)
-        and each row serves one delivery. Saves a query per delivery — on
-        PostgreSQL a round trip (bin/benchmark.py, pairs)."""
+    def read_ahead(self, key: int) -> dict[int, tuple[object, float]]:
+        """The stored intent of one delivery ({} if there is none), read in one
+        query with those of the deliveries already waiting in the consumer's
+        buffer, as a batch reads its own: a delivery finds its row read at
+        most a second before (else read again) and each row serves one
+        delivery. Saves a query per delivery — on PostgreSQL a round trip
+        (bin/benchmark.py, pairs)."""
         if time.monotonic() - self.ahead_read < 1.0 and key in self.ahead:
-            return self.ahead.pop(key)
+            return {key: self.ahead.pop(key)}
         ids = {key} | self.channel.hinted_ids(self.consumer.waiting()[: self.prefetch])
         self.ahead, self.ahead_read = self.channel.stored(ids), time.monotonic()
-        return self.ahead.pop(key, (None, None))
+        found = self.ahead.pop(key, None)
+        return {key: found} if found is not None else {}
 
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
@@ -326,7 +330,7 @@ class Worker:
                 try:
                     self.connect()
                     self.say(
-                        f"Serving {transport.queue_name()} from {self.consumer.node} (prefetch {self.prefetch});"
+                        f"Serving {self.channel.queue} from {self.consumer.node} (prefetch {self.prefetch});"
                         " stop with Ctrl+C or SIGTERM."
                     )
                     backoff = 1.0
@@ -391,11 +395,7 @@ class Worker:
         error. Broker errors propagate."""
         batch = self.batch and not one_by_one
         try:
-            if batch:
-                self.process_batch(work)
-            else:
-                (delivery,) = work  # outside batch mode, always a batch of one
-                self.process(delivery)  # through the per-delivery handler
+            self.process(work, batch=bool(batch))  # outside batch mode (or one by one), a batch of one
             return []
         except (transport.BrokerError, BrokenPipeError):
             raise  # the broker, or the reader of our output (`worker | head`): not this delivery's failure
@@ -447,7 +447,9 @@ class Worker:
 
     def reconcile(self) -> None:
         try:
-            report = self.channel.reconcile(**self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)")
+            report = reconcile.reconcile(
+                self.channel, **self.reconcile_options, actor=f"worker {self.name} (--reconcile-every)"
+            )
         except Exception:
             logger.exception("Reconcile failed; trying again at the next interval")
             return

@@ -17,6 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from delivery import metrics, transport
+from delivery.health import describe_replicas
 from desk import charts
 from door.services import arrivals
 from tickets.admin import actor
@@ -25,7 +26,7 @@ from tickets.services.activity import activity
 from tickets.services.audit import audit_invariants
 from tickets.services.reconcile import reconcile_registrations
 from tickets.services.registrations import pending_registrations
-from tickets.services.status import delivery_status, describe_replicas
+from tickets.services.status import delivery_status
 from tickets.services.workers import worker_counts, worker_reports
 
 # The staff desk's two windows: (title, window, bucket).

@@ -23,6 +23,7 @@ import pytest
 from django.db import connection
 
 from delivery import transport
+from delivery.health import describe_replicas
 from tests import netns
 from tests.conftest import ROOT, Guest, Process, database_url
 from tests.helpers import until
@@ -31,7 +32,6 @@ from tickets.models import Registration, Ticket
 from tickets.services.audit import audit_invariants
 from tickets.services.reconcile import reconcile_registrations
 from tickets.services.registrations import pending_registrations, register_guest
-from tickets.services.status import describe_replicas
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True), pytest.mark.amqp_only]
 
@@ -245,7 +245,7 @@ def finish_and_audit(expected: int, deadline_seconds: float = 180) -> float:
 
 def test_the_quorum_queue_has_a_replica_on_every_node_and_status_says_so(on_cluster):
     register_guest(name="Replica Check")
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert len(counts["members"]) == 3 and sorted(counts["online"]) == sorted(counts["members"])
     line = describe_replicas(counts)
     assert line.startswith(f"leader {counts['leader']}; 3 of 3 members online")
@@ -314,7 +314,7 @@ def test_a_paused_node_that_does_not_resume_is_started_when_its_peers_come_back(
     on_cluster.down -= set(lost)
     assert any(f"Node {paused} runs with its app stopped" in output for output in outputs), outputs
     register_guest(name="After The Pause")  # the queue has its quorum again
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert sorted(counts["online"]) == sorted(counts["members"]) and len(counts["members"]) == 3
 
 
@@ -474,7 +474,7 @@ def test_a_partitioned_leader_and_a_cut_off_worker_lose_nothing_and_duplicate_no
         network.heal(str(leader))
         partitioned.down.discard(leader)
         print("healed")
-        all_online = lambda: len(transport.queue_counts().get("online", [])) == 3  # noqa: E731
+        all_online = lambda: len(transport.queue_counts(transport.queue_name()).get("online", [])) == 3  # noqa: E731
         try:
             until(all_online, 90, "the node to rejoin", every=1, ignoring=transport.BrokerError)
         except AssertionError:

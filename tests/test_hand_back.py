@@ -47,7 +47,7 @@ class RecordingChannel:
 def recording_worker(handler, registration: Registration) -> tuple[Worker, RecordingChannel]:
     channel = RecordingChannel([contract.encode(registration_id=registration.pk, name=registration.name)])
     consumer = amqp.Consumer.__new__(amqp.Consumer)
-    consumer._channel, consumer._prefetch, consumer.lost = channel, 1, []
+    consumer._channel, consumer._prefetch, consumer.lost, consumer.queue = channel, 1, [], amqp.queue_name()
     consumer._deferred_tag = consumer._deferred_count = 0
     consumer._connection = SimpleNamespace(is_open=True, close=lambda: None)
     worker = Worker(handler=handler, stdout=io.StringIO())
@@ -101,15 +101,14 @@ def test_a_failed_batch_retried_one_by_one_never_acks_past_its_failed_delivery(m
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     batch = [amqp.Delivery(body=body, tag=tag, redelivered=False, message_id="m", attempts=0) for tag in (1, 2, 3)]
 
-    def process_batch(deliveries):
-        raise RuntimeError("the batch's transaction failed")
-
-    def process(delivery):
+    def process(deliveries, *, batch=False):
+        if batch:
+            raise RuntimeError("the batch's transaction failed")
+        (delivery,) = deliveries
         if delivery.tag == 1:
             raise RuntimeError("this one fails alone")
         worker.ack_current(delivery)
 
-    monkeypatch.setattr(worker, "process_batch", process_batch)
     monkeypatch.setattr(worker, "process", process)
     worker.process_or_hand_back(batch)
     assert channel.sent == [("ack", 2, False), ("ack", 3, False), ("reject", 1, True)]

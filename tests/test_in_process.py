@@ -22,7 +22,7 @@ from delivery.transport import memory
 from delivery.worker import Worker
 from tests.helpers import break_tickets_table, mend_tickets_table
 from tickets.handler import handle
-from tickets.models import Completion, Registration, RejectedMessage, Ticket
+from tickets.models import Completion, Redelivery, Registration, RejectedMessage, Ticket
 from tickets.services.registrations import register_guest, retry_registration
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
@@ -48,13 +48,19 @@ def test_a_fast_test_cannot_start_a_process_or_reach_a_broker():
 
 def test_the_in_memory_queue_keeps_unacked_deliveries_and_dead_letters_past_the_limit(settings):
     settings.NIGHTJAR_DELIVERY_LIMIT = 2
-    transport.publish(b"body", message_id="m1")
-    consumer = transport.Consumer()
+    transport.publish(b"body", message_id="m1", queue=transport.queue_name())
+    consumer = transport.Consumer(queue=transport.queue_name())
     first = consumer.get()
     assert (first.body, first.redelivered, first.attempts) == (b"body", False, 0)
-    assert transport.queue_counts() == {"ready": 0, "unacked": 1, "unacked_error": "", "consumers": 1, "dead": 0}
+    assert transport.queue_counts(transport.queue_name()) == {
+        "ready": 0,
+        "unacked": 1,
+        "unacked_error": "",
+        "consumers": 1,
+        "dead": 0,
+    }
     consumer.close()  # a deliberate hand-back: not counted
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     again = consumer.get()
     assert (again.redelivered, again.attempts) == (True, 0)
     for attempts in (1, 2):
@@ -82,7 +88,7 @@ def test_registrations_published_twice_become_one_ticket_each_in_process(batch):
     assert handled == 40
     assert Ticket.objects.count() == Completion.objects.count() == 20
     assert not Registration.objects.annotate(n=Count("tickets")).exclude(n=1).exists()
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert (counts["ready"], counts["unacked"]) == (0, 0)
 
 
@@ -95,8 +101,26 @@ def test_a_poison_body_is_recorded_once_and_acked_in_process(batch):
 
     assert RejectedMessage.objects.count() == 2
     assert Ticket.objects.count() == 1 and valid.tickets.count() == 1
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert (counts["ready"], counts["unacked"], counts["dead"]) == (0, 0, 0)
+
+
+@BATCH
+def test_one_screening_path_a_redelivered_poison_body_is_rejected_and_noted_as_a_redelivery(batch):
+    """A delivery is a batch of one (Worker.screen): per delivery as in a
+    batch, the rejection is recorded, the delivery acked, and its coming again
+    noted for staff (per delivery, this was skipped before the one path)."""
+    transport.publish_raw([b'{"id":"R-99999999","name":"Nobody","v":1}'])
+    peek = transport.Consumer(queue=transport.queue_name())
+    assert peek.get() is not None
+    peek.close()  # handed back: it comes again, redelivered
+
+    _, out = drain(batch)
+
+    assert "Rejected a delivery redelivered=True: There is no registration R-99999999" in out
+    assert RejectedMessage.objects.count() == 1
+    assert list(Redelivery.objects.values_list("registration_id", flat=True)) == [None]
+    assert transport.queue_counts(transport.queue_name())["ready"] == 0
 
 
 def test_a_database_error_in_process_leaves_the_delivery_for_a_later_run():
@@ -108,7 +132,7 @@ def test_a_database_error_in_process_leaves_the_delivery_for_a_later_run():
     finally:
         mend_tickets_table()
     assert (Ticket.objects.count(), Completion.objects.count()) == (0, 0)
-    assert transport.queue_counts()["ready"] == 1  # handed back, not acked
+    assert transport.queue_counts(transport.queue_name())["ready"] == 1  # handed back, not acked
 
     drain(None)
     assert registration.tickets.count() == 1

@@ -156,7 +156,7 @@ def test_arbitrary_bytes_never_crash_the_worker_and_never_make_a_ticket_unless_v
         registration = Registration.objects.create(pk=1, name="Known Name")
         worker = Worker(handler=handle, stdout=io.StringIO())
         worker.consumer = RecordingConsumer()
-        worker.process(transport.Delivery(body=body, tag=7, redelivered=False, message_id=""))
+        worker.process([transport.Delivery(body=body, tag=7, redelivered=False, message_id="")])
         assert worker.consumer.acked == [7]  # rejected (and recorded) or handled: acked either way
         try:
             message = contract.decode(body)

@@ -1,13 +1,24 @@
 """Each transport's Consumer keeps the written protocol
 (delivery/transport/protocol.py), against the real broker: RabbitMQ here,
-Redis Streams when bin/test runs the suite with NIGHTJAR_TEST_TRANSPORT=redis."""
+Redis Streams when bin/test runs the suite with NIGHTJAR_TEST_TRANSPORT=redis
+(the broker tier), and the in-memory transport the fast tier stands on (each
+test once more, marked fast: tests/conftest.py gives it memory://)."""
 
 import pytest
 
 from delivery import transport
 from delivery.transport.protocol import Consumer as ConsumerProtocol
 
-pytestmark = pytest.mark.broker
+
+@pytest.fixture(
+    autouse=True,
+    params=[pytest.param("broker", marks=pytest.mark.broker), pytest.param("memory", marks=pytest.mark.fast)],
+)
+def on(request):
+    """Which transport: the tier's (the conftest's test_settings sets the broker URL from the marker)."""
+    expected = "memory" if request.param == "memory" else ("redis_streams", "amqp")
+    assert transport.kind() in expected
+    return request.param
 
 
 def take(consumer, count: int) -> list:
@@ -24,7 +35,7 @@ def take(consumer, count: int) -> list:
 
 
 def test_the_consumer_has_every_member_of_the_protocol():
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     try:
         assert isinstance(consumer, ConsumerProtocol)
         assert consumer.lost == []
@@ -35,7 +46,7 @@ def test_the_consumer_has_every_member_of_the_protocol():
 
 def test_a_delivery_comes_with_its_body_and_goes_once_acked():
     transport.publish_raw([b"first", b"second", b"third"])
-    consumer = transport.Consumer(prefetch=10)
+    consumer = transport.Consumer(prefetch=10, queue=transport.queue_name())
     try:
         first, second, third = take(consumer, 3)
         assert [d.body for d in (first, second, third)] == [b"first", b"second", b"third"]
@@ -44,7 +55,7 @@ def test_a_delivery_comes_with_its_body_and_goes_once_acked():
         consumer.ack_many([second.tag, third.tag])
     finally:
         consumer.close()
-    again = transport.Consumer()
+    again = transport.Consumer(queue=transport.queue_name())
     try:
         assert again.get() is None  # acked: the broker forgot all three
     finally:
@@ -53,7 +64,7 @@ def test_a_delivery_comes_with_its_body_and_goes_once_acked():
 
 def test_a_requeued_delivery_comes_again_redelivered():
     transport.publish_raw([b"handed back"])
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     try:
         (delivery,) = take(consumer, 1)
         consumer.requeue(delivery.tag)
@@ -66,10 +77,10 @@ def test_a_requeued_delivery_comes_again_redelivered():
 
 def test_what_is_not_acked_goes_back_when_the_consumer_closes():
     transport.publish_raw([b"left unacked"])
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     (delivery,) = take(consumer, 1)
     consumer.close()
-    other = transport.Consumer()
+    other = transport.Consumer(queue=transport.queue_name())
     try:
         (again,) = take(other, 1)
         assert (again.body, again.redelivered) == (b"left unacked", True)

@@ -23,7 +23,7 @@ from tickets.models import (
     WorkerReport,
 )
 from tickets.services.history import registration_history
-from tickets.services.parking import discard_parked, requeue_parked
+from tickets.services.reconcile import discard_parked, requeue_parked
 from tickets.services.registrations import (
     NightjarError,
     is_parked,

@@ -3,7 +3,9 @@
 TicketsConfig.ready(); thin, every answer comes from the contract, the
 models or the services."""
 
-from delivery import channel
+from django.db.models import Q
+
+from delivery import channel, conf
 from tickets import batch, contract, handlers
 from tickets.models import (
     DeliveryFailure,
@@ -11,13 +13,21 @@ from tickets.models import (
     Redelivery,
     Registration,
     RejectedMessage,
+    StaffAction,
     Ticket,
     WorkerReport,
 )
-from tickets.services import parking, reconcile, staff, status
+from tickets.services import registrations, staff, status
+from tickets.services.registrations import NightjarError, has_key, has_ticket
 
 
 class RegistrationsChannel(channel.Channel):
+    name = "registrations"
+
+    @property
+    def queue(self) -> str:
+        return conf.NIGHTJAR_QUEUE
+
     # The hot path: bound once, no extra call per delivery.
     decode = staticmethod(contract.decode)
     label = staticmethod(contract.format_code)
@@ -54,28 +64,39 @@ class RegistrationsChannel(channel.Channel):
     def handle_batch(self, messages, rejections, ack_all, pause):
         return batch.handle_batch(messages, rejections, ack_all, pause)
 
-    def reconcile(self, **options):
-        return reconcile.reconcile_registrations(**options)
+    # Reconcile and parking run in the engine (delivery/reconcile.py); these are the domain's answers.
+    refusal = NightjarError
 
-    def collect_dead_letters(self):
-        return parking.collect_dead_letters()
+    def pending(self, *, stored_before, after=None, limit):
+        return list(registrations.pending_since(stored_before=stored_before, after=after)[:limit])
 
-    # NightjarError is a channel.DomainError: the commands exit 1 with its sentence.
-    def requeue_parked(self, *, code, actor):
-        return parking.requeue_parked(code=code, actor=actor).code
+    def pending_count(self, *, stored_before, after=None):
+        return registrations.pending_since(stored_before=stored_before, after=after).count()
 
-    def discard_parked(self, *, code, actor):
-        return parking.discard_parked(code=code, actor=actor).code
+    def publish(self, intent):
+        registrations.publish_registration(intent, queue=self.queue)
 
-    def parked_lines(self):
-        waiting = ParkedDelivery.objects.filter(resolution="").select_related("registration")
-        lines = []
-        for parked in waiting:
-            code = parked.registration.code if parked.registration else "(no registration)"
-            lines.append(
-                f"{code}  parked {parked.parked:%Y-%m-%d %H:%M:%S}  after {parked.attempts} deliveries  {parked.reason}"
-            )
-        return lines
+    def republished(self, intents, *, actor, older_than):
+        detail = f"Reconcile published it again (no ticket {older_than:g} s after registering)."
+        StaffAction.objects.bulk_create(
+            StaffAction(actor=actor[:150], action="republish", registration=registration, detail=detail)
+            for registration in intents
+        )
+
+    @staticmethod
+    def settled(intent_id):
+        # Done, or a ticket without its key (publishing it again would make a
+        # second ticket; audit reports it, repair adds the key).
+        return Registration.objects.filter(Q(has_key()) | Q(has_ticket()), pk=intent_id).exists()
+
+    def find(self, label):
+        return registrations.find_registration(code=label)
+
+    def refuse_republish(self, intent, what):
+        registrations.refuse_ticket_without_key(intent, what)
+
+    def record_staff_action(self, *, actor, action, intent, detail):
+        staff.record_staff_action(actor=actor, action=action, registration=intent, detail=detail)
 
     def actor(self, command):
         return staff.command_line_actor(command)

@@ -13,12 +13,12 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
+from delivery.health import dependency_health
 from nightjar.ratelimit import over_limit
 from tickets import pdf
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration
 from tickets.services.registrations import SubmissionConflict, UnknownRegistration, find_registration, register_guest
-from tickets.services.status import dependency_health
 
 SESSION_KEY = "nightjar_registrations"
 logger = logging.getLogger(__name__)

@@ -6,10 +6,10 @@ which every other service builds on."""
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from delivery import channel, metrics, transport
+from delivery import channel, conf, metrics, transport
 from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration, Ticket
 from tickets.services.staff import record_staff_action
@@ -40,13 +40,14 @@ def find_registration(*, code: str) -> Registration:
         raise UnknownRegistration(f"There is no registration {contract.format_code(registration_id)}.") from None
 
 
-def publish_registration(registration: Registration) -> None:
-    """Publish one delivery of a registration. Raises transport.BrokerError.
+def publish_registration(registration: Registration, *, queue: str | None = None) -> None:
+    """Publish one delivery of a registration (on NIGHTJAR_QUEUE, the
+    registrations channel's queue, unless told). Raises transport.BrokerError.
     Never call it inside a transaction: it waits on the network."""
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     # message_id tells publications apart in logs; dedup is by the body's ID.
     message_id = f"{registration.code}/{timezone.now().timestamp():.6f}"
-    transport.publish(body, message_id=message_id)
+    transport.publish(body, message_id=message_id, queue=queue or conf.NIGHTJAR_QUEUE)
 
 
 def refuse_ticket_without_key(registration: Registration, what: str) -> None:
@@ -136,3 +137,12 @@ def pending_registrations():
     parked, oldest first. A ticket without its key is not pending: publishing
     it again would make a second ticket (repair adds the key)."""
     return Registration.objects.filter(~has_ticket(), ~has_key(), ~is_parked()).order_by("created", "id")
+
+
+def pending_since(*, stored_before, after: Registration | None = None):
+    """Pending registrations stored before the cutoff, oldest first, after the
+    registration `after` (a keyset cursor: reconcile's passes)."""
+    due = pending_registrations().filter(created__lte=stored_before)
+    if after is not None:
+        due = due.filter(Q(created__gt=after.created) | Q(created=after.created, id__gt=after.pk))
+    return due

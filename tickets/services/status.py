@@ -1,19 +1,16 @@
-"""Status and health: each registration's state, the totals per state with
-the queue's depth, the quorum queue's replicas, the dependencies' health and
-the gauges a metrics scrape reads."""
+"""Status: each registration's state, the totals per state with the queue's
+depth, and the gauges a metrics scrape reads. What is not about
+registrations (the queue's counts, the replicas, the dependencies' health)
+is the engine's: delivery/health.py."""
 
-import logging
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connection
 from django.db.models import Count
 
-from delivery import transport
+from delivery import conf, health, transport
 from tickets import contract
 from tickets.models import ParkedDelivery, Registration, RejectedMessage, Ticket
 from tickets.services.registrations import has_key, has_ticket, is_parked, parked_without_ticket, pending_registrations
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,10 +76,7 @@ def delivery_status() -> DeliveryStatus:
     registrations), and the queue depth from the broker (or why not)."""
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
     one_ticket = per_registration.filter(ticket_count=1)
-    try:
-        queue, queue_error = transport.queue_counts(), ""
-    except transport.BrokerError as error:
-        queue, queue_error = None, str(error)
+    queue, queue_error = health.queue_status(conf.NIGHTJAR_QUEUE)
     return DeliveryStatus(
         registrations=Registration.objects.count(),
         pending=pending_registrations().count(),
@@ -100,50 +94,11 @@ def delivery_status() -> DeliveryStatus:
     )
 
 
-def describe_replicas(queue: dict | None) -> str:
-    """RabbitMQ's quorum queue on a cluster: its leader and which members are
-    online, in one line (empty when the broker did not say)."""
-    if not queue or not queue.get("members"):
-        return ""
-    online = [member for member in queue["members"] if member in queue["online"]]
-    offline = [member for member in queue["members"] if member not in queue["online"]]
-    line = f"leader {queue['leader'] or 'none'}; {len(online)} of {len(queue['members'])} members online"
-    line += f" ({', '.join(online) or 'none'})"
-    if offline:
-        line += f"; offline: {', '.join(offline)}"
-    if len(online) * 2 <= len(queue["members"]):
-        line += " — no quorum: publishes wait (left for reconcile) until a majority is back"
-    return line
-
-
-def dependency_health() -> dict[str, str]:
-    """ "ok" or "unavailable" for the database and the broker, each within its
-    own deadline; the reasons go to the log, never to the caller."""
-    checks = {}
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        checks["database"] = "ok"
-    except DatabaseError:
-        logger.exception("Health check: the database does not answer")
-        checks["database"] = "unavailable"
-    try:
-        transport.ping()
-        checks[transport.name().lower()] = "ok"
-    except transport.BrokerError as error:
-        logger.warning("Health check: %s", error)
-        checks[transport.name().lower()] = "unavailable"
-    return checks
-
-
 def desk_gauges() -> dict:
     """What a metrics scrape reads at that moment: pending and parked
     registrations from the database, queue depth from the broker (None when
     it does not answer within its deadline)."""
-    try:
-        queue = transport.queue_counts()
-    except transport.BrokerError:
-        queue = None
+    queue, _ = health.queue_status(conf.NIGHTJAR_QUEUE)
     return {
         "pending": pending_registrations().count(),
         "parked": parked_without_ticket().count(),

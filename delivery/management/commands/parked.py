@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from delivery import channel, exits
+from delivery import exits, reconcile
 
 
 class Command(BaseCommand):
@@ -11,6 +11,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
+        exits.add_channel_argument(parser)
         actions = parser.add_subparsers(dest="action", metavar="{list,collect,requeue,discard}")
         actions.add_parser("list", help="List parked deliveries waiting for staff (the default).")
         actions.add_parser("collect", help="Move the dead-letter queue into the database: record, then ack.")
@@ -20,21 +21,21 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         action = options["action"] or "list"
-        user = channel.current()
+        user = exits.select_channel(options["channel"])
         with exits.exit_codes():
             if action == "collect":
-                self.collect()
+                self.collect(user)
             elif action == "requeue":
-                code = user.requeue_parked(code=options["code"], actor=user.actor("parked requeue"))
-                self.stdout.write(f"Requeued {code}: it is pending again and is being published.")
+                intent = reconcile.requeue_parked(user, code=options["code"], actor=user.actor("parked requeue"))
+                self.stdout.write(f"Requeued {user.label(intent.pk)}: it is pending again and is being published.")
             elif action == "discard":
-                code = user.discard_parked(code=options["code"], actor=user.actor("parked discard"))
-                self.stdout.write(f"Discarded {code}: it stays parked, without a ticket.")
+                intent = reconcile.discard_parked(user, code=options["code"], actor=user.actor("parked discard"))
+                self.stdout.write(f"Discarded {user.label(intent.pk)}: it stays parked, without a ticket.")
             else:
-                self.show_list()
+                self.show_list(user)
 
-    def collect(self):
-        report = channel.current().collect_dead_letters()
+    def collect(self, user):
+        report = reconcile.collect_dead_letters(user)
         for code in report.parked:
             self.stdout.write(f"Parked {code}")
         for code in report.requeued:
@@ -45,8 +46,8 @@ class Command(BaseCommand):
             f"{report.rejected} rejected messages, {report.dropped} already had their ticket."
         )
 
-    def show_list(self):
-        waiting = channel.current().parked_lines()
+    def show_list(self, user):
+        waiting = reconcile.parked_lines(user)
         for line in waiting:
             self.stdout.write(line)
         self.stdout.write(f"{len(waiting)} parked deliveries wait for staff.")

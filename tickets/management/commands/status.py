@@ -1,7 +1,8 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from tickets.services.status import delivery_status, describe_replicas, registration_states
+from delivery.health import describe_replicas
+from tickets.services.status import delivery_status, registration_states
 from tickets.services.workers import worker_reports
 
 

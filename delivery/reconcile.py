@@ -1,0 +1,204 @@
+"""Reconcile and parking, the engine's half: what brings a stored intent back
+to the broker when its publish was lost or its delivery was dead-lettered,
+and what staff do with a parked delivery. The channel answers only what is
+its domain (delivery/channel.py): which intents are pending, how one is
+published, its labels, and its refusals.
+
+- reconcile(): collect the dead letters first (so a parked intent is never
+  republished behind staff's back), then republish pending intents older
+  than the grace period, oldest first, in passes of `limit` while each pass
+  is full (bounded by max_seconds).
+- collect_dead_letters(): the dead-letter queue into the records, one
+  message at a time: record, commit, then ack.
+- requeue_parked() / discard_parked(): staff's two answers to a parked delivery.
+- parked_lines(): what `parked` lists.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from delivery import metrics, recording, transport
+from delivery.channel import Channel
+from delivery.codec import ContractError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectReport:
+    parked: list[str] = field(default_factory=list)  # labels
+    requeued: list[str] = field(default_factory=list)
+    dropped: int = 0  # already done (or not to be delivered again): nothing to collect
+    rejected: int = 0  # broke the contract: recorded as rejected messages
+
+
+@dataclass
+class ReconcileReport:
+    published: list[str] = field(default_factory=list)  # labels
+    remaining: int = 0
+    passes: int = 0
+    collected: CollectReport | None = None
+
+
+RECONCILE_ACTOR = "nightjar (reconcile)"
+SYSTEM_ACTOR = "nightjar (dead-letter collector)"
+
+# An intent whose delivery limit was used up by interruptions alone (no
+# failure recorded: Ctrl+C at a checkpoint, restarted or killed workers) is
+# published again this many times before it is parked anyway: a message that
+# kills the worker outright records no failure either.
+AUTOMATIC_REQUEUES = 1
+
+
+def reconcile(
+    user: Channel,
+    *,
+    limit: int = 100,
+    older_than: float = 60,
+    catch_up: bool = True,
+    max_seconds: float = 300,
+    actor: str = RECONCILE_ACTOR,
+) -> ReconcileReport:
+    """Republish the channel's pending intents older than the grace period,
+    oldest first, `limit` per pass, after collecting its dead letters. With
+    catch_up, passes repeat while each one is full, so a backlog drains as
+    fast as the broker confirms (each publish waits for its confirm) —
+    bounded by max_seconds. Raises BrokerError when the broker stops
+    confirming; what was published stays published, and each republish is in
+    the intent's history (user.republished, one statement per pass)."""
+    report = ReconcileReport(collected=collect_dead_letters(user))
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    started = time.monotonic()
+    after = None  # keyset cursor: the last intent published, oldest first
+    while True:
+        intents = user.pending(stored_before=cutoff, after=after, limit=limit)
+        published = []
+        try:
+            for intent in intents:
+                user.publish(intent)
+                report.published.append(user.label(intent.pk))
+                published.append(intent)
+        finally:
+            user.republished(published, actor=actor, older_than=older_than)
+        report.passes += 1
+        if intents:
+            after = intents[-1]
+        if not catch_up or len(intents) < limit or time.monotonic() - started > max_seconds:
+            break
+    report.remaining = user.pending_count(stored_before=cutoff, after=after)
+    return report
+
+
+def collect_dead_letters(user: Channel, *, limit: int = 1000) -> CollectReport:
+    """Move what the broker dead-lettered from the channel's queue into the
+    records, one message at a time: record, commit, then ack. An intent with
+    recorded failures is parked for staff with the last error as its reason;
+    one whose limit was used up by interruptions only is published again
+    (once); a body that breaks the contract becomes a rejected message; an
+    intent that is settled by now (user.settled) needs nothing."""
+    report = CollectReport()
+    consumer = transport.Consumer(queue=user.queue)
+    try:
+        for _ in range(limit):
+            delivery = consumer.get(dead=True)
+            if delivery is None:
+                break
+            republish = _collect_one(user, delivery, report)
+            if republish is not None:
+                user.publish(republish)
+            consumer.ack(delivery.tag)
+    finally:
+        consumer.close()
+    return report
+
+
+def _collect_one(user: Channel, delivery: transport.Delivery, report: CollectReport):
+    """Record one dead letter; return the intent to publish again, if any."""
+    try:
+        message = user.decode(delivery.body)
+        key = user.intent_id(message)
+        user.check_stored(message, user.stored([key]).get(key, (None,))[0])
+    except ContractError as error:
+        with transaction.atomic():
+            recording.record_rejection(delivery=delivery, reason=str(error))
+        report.rejected += 1
+        return None
+    if user.settled(key):
+        report.dropped += 1
+        return None
+    mine = {user.intent_field: key}
+    failure = user.failure_model.objects.filter(**mine).first()  # the newest
+    automatic = user.parked_model.objects.filter(**mine, resolved_by=SYSTEM_ACTOR).count()
+    intent = user.intent_model.objects.get(pk=key)
+    with transaction.atomic():
+        if failure is None and automatic < AUTOMATIC_REQUEUES:
+            reason = f"returned {delivery.attempts} times without a recorded failure (interrupted or restarted workers)"
+            recording.park(intent, delivery, reason, resolution=user.parked_model.REQUEUED, resolved_by=SYSTEM_ACTOR)
+            report.requeued.append(user.label(key))
+            return intent
+        if failure is not None:
+            reason = f"{failure.error} (worker {failure.worker}, {failure.at:%Y-%m-%d %H:%M:%S})"
+        else:
+            reason = f"returned {delivery.attempts} times again without a recorded failure: did the worker die on it?"
+        recording.park(intent, delivery, reason)
+        report.parked.append(user.label(key))
+    return None
+
+
+def requeue_parked(user: Channel, *, code: str, actor: str):
+    """Staff: publish a parked intent again. It counts as pending again
+    (reconcile may pick it up too; the handler makes no second outcome).
+    Returns the intent; raises the channel's refusal."""
+    intent = user.find(code)
+    user.refuse_republish(intent, "requeued")
+    with transaction.atomic():
+        held = user.parked_model.objects.holding().select_for_update().filter(**{user.intent_field: intent})
+        if not held.exists():
+            raise user.refusal(f"{user.label(intent.pk)} is not parked.")
+        held.update(resolution=user.parked_model.REQUEUED, resolved_by=actor[:150], resolved_at=timezone.now())
+        user.record_staff_action(actor=actor, action="requeue", intent=intent, detail="Requeued a parked delivery.")
+        transaction.on_commit(lambda: publish_after_commit(user, intent))
+    return intent
+
+
+def discard_parked(user: Channel, *, code: str, actor: str):
+    """Staff: give up on a parked intent. It stays parked (no outcome,
+    reconcile leaves it alone) and leaves the list of what waits for staff.
+    Returns the intent; raises the channel's refusal."""
+    intent = user.find(code)
+    with transaction.atomic():
+        waiting = user.parked_model.objects.select_for_update().filter(**{user.intent_field: intent}, resolution="")
+        if not waiting.exists():
+            raise user.refusal(f"{user.label(intent.pk)} has no parked delivery waiting for staff.")
+        waiting.update(resolution=user.parked_model.DISCARDED, resolved_by=actor[:150], resolved_at=timezone.now())
+        user.record_staff_action(actor=actor, action="discard", intent=intent, detail="Discarded a parked delivery.")
+    return intent
+
+
+def publish_after_commit(user: Channel, intent) -> None:
+    """The intent is already safe in the database, so a failed publish is
+    logged and left for reconcile."""
+    try:
+        user.publish(intent)
+    except transport.BrokerError as error:
+        metrics.PUBLISHES_FAILED.inc()
+        logger.warning("%s stored but not published; reconcile will publish it: %s", user.label(intent.pk), error)
+
+
+def parked_lines(user: Channel) -> list[str]:
+    """One line per parked delivery waiting for staff."""
+    column = f"{user.intent_field}_id"
+    nothing = f"(no {user.intent_model._meta.verbose_name})"
+    lines = []
+    for parked in user.parked_model.objects.filter(resolution=""):
+        intent_id = getattr(parked, column)
+        label = user.label(intent_id) if intent_id else nothing
+        lines.append(
+            f"{label}  parked {parked.parked:%Y-%m-%d %H:%M:%S}  after {parked.attempts} deliveries  {parked.reason}"
+        )
+    return lines

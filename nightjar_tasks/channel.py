@@ -1,0 +1,172 @@
+"""The tasks channels: what the delivery engine asks of nightjar_tasks
+(delivery/channel.py says what each method promises). One channel per Django
+task queue ("tasks" for "default", "tasks.<q>" for another), each on its own
+broker queue (conf.broker_queue); registered in NightjarTasksConfig.ready()."""
+
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from delivery import channel, transport
+from nightjar_tasks import conf, messages, publishing, runner
+from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.models import (
+    TaskCompletion,
+    TaskFailure,
+    TaskParked,
+    TaskRecord,
+    TaskRedelivery,
+    TaskRejectedMessage,
+    TaskWorkerReport,
+)
+
+
+def label(task_id: int) -> str:
+    return f"task {task_id}"
+
+
+def task_key(code: str) -> int:
+    """The id staff type (`parked --requeue 12`, or "task 12")."""
+    try:
+        return int(str(code).strip().removeprefix("task").strip())
+    except ValueError:
+        raise channel.DomainError(f"{code!r} is not a task id.") from None
+
+
+class TasksChannel(channel.Channel):
+    decode = staticmethod(messages.decode)
+    hinted_ids = staticmethod(messages.hinted_ids)
+    check_stored = staticmethod(messages.check_stored)
+    claimed_id = staticmethod(messages.claimed_id)
+    label = staticmethod(label)
+    handler_help = "nightjar_tasks.runner.handle"
+    intent_model = TaskRecord
+    intent_field = "task"
+    rejected_model = TaskRejectedMessage
+    failure_model = TaskFailure
+    redelivery_model = TaskRedelivery
+    parked_model = TaskParked
+    worker_report_model = TaskWorkerReport
+
+    def __init__(self, queue_name: str = "default") -> None:
+        self.queue_name = queue_name
+        self.name = conf.channel_name(queue_name)
+
+    @property
+    def queue(self) -> str:
+        return conf.broker_queue(self.queue_name)
+
+    @staticmethod
+    def intent_id(message: messages.TaskMessage) -> int:
+        return message.task_id
+
+    @staticmethod
+    def stored(ids):
+        rows = TaskRecord.objects.filter(pk__in=ids).values_list("pk", "task_path", "enqueued_at")
+        return {pk: (path, enqueued.timestamp()) for pk, path, enqueued in rows}
+
+    @staticmethod
+    def made_since(intent_id, since) -> bool:
+        return TaskCompletion.objects.filter(task_id=intent_id, completed__gte=since).exists()
+
+    def default_handler(self) -> str:
+        return self.handler_help
+
+    def load_handler(self, spec):
+        try:
+            return import_string(spec)
+        except ImportError as error:
+            raise channel.HandlerError(f"Cannot load the task handler {spec!r}: {error}") from None
+
+    def handle_batch(self, messages_, rejections, ack_all, pause):
+        return runner.handle_batch(messages_, rejections, ack_all, pause)
+
+    # -- reconcile and parking --
+
+    def mine(self):
+        return TaskRecord.objects.filter(queue_name=self.queue_name)
+
+    # -- the domain's answers to the engine's reconcile and parking (delivery/reconcile.py, issue-24-engine) --
+
+    refusal = channel.DomainError
+
+    def due(self, *, stored_before):
+        """READY tasks to publish: due (run_after passed) and never published
+        (deferred, or waiting for a retry) or published before stored_before
+        (the grace period: a lost publish); none that is parked."""
+        now = timezone.now()
+        return (
+            self.mine()
+            .filter(status=TaskResultStatus.READY)
+            .filter(Q(run_after__isnull=True) | Q(run_after__lte=now))
+            .filter(Q(published_at__isnull=True) | Q(published_at__lte=stored_before))
+            .exclude(pk__in=TaskParked.objects.holding().filter(task__isnull=False).values("task"))
+            .order_by("enqueued_at", "pk")
+        )
+
+    def _after(self, due, after):
+        if after is None:
+            return due
+        return due.filter(Q(enqueued_at__gt=after.enqueued_at) | Q(enqueued_at=after.enqueued_at, pk__gt=after.pk))
+
+    def pending(self, *, stored_before, after=None, limit: int) -> list:
+        return list(self._after(self.due(stored_before=stored_before), after)[:limit])
+
+    def pending_count(self, *, stored_before, after=None) -> int:
+        return self._after(self.due(stored_before=stored_before), after).count()
+
+    def publish(self, intent) -> None:
+        publishing.publish(intent)
+
+    def republished(self, intents: list, *, actor: str, older_than: float) -> None:
+        publishing.mark_published(intents)
+
+    def settled(self, intent_id: int) -> bool:
+        return not TaskRecord.objects.filter(pk=intent_id, status=TaskResultStatus.READY).exists()
+
+    def find(self, label: str):
+        record = TaskRecord.objects.filter(pk=task_key(label)).first()
+        if record is None:
+            raise self.refusal(f"There is no {label!r}.")
+        return record
+
+    def refuse_republish(self, intent, what: str) -> None:
+        if TaskCompletion.objects.filter(task_id=intent.pk).exists():
+            raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
+
+    def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
+        """No trace table of its own (the parked record keeps who and when);
+        a requeue gives the task back to the workers with a fresh retry budget."""
+        if action == "requeue":
+            TaskRecord.objects.filter(pk=intent.pk).update(
+                status=TaskResultStatus.READY,
+                finished_at=None,
+                run_after=None,
+                requeued_at_attempt=F("attempts"),
+                published_at=timezone.now(),
+            )
+
+    def actor(self, command: str) -> str:
+        import getpass
+
+        try:
+            return f"{getpass.getuser()} (manage.py {command})"[:150]
+        except Exception:
+            return f"manage.py {command}"
+
+    def gauges(self) -> dict:
+        try:
+            counts = transport.queue_counts(self.queue)
+        except transport.BrokerError:
+            counts = {}
+        return {
+            "pending": self.mine().filter(status=TaskResultStatus.READY).count(),
+            "parked": TaskParked.objects.filter(resolution="", task__queue_name=self.queue_name).count(),
+            "queue": counts,
+        }
+
+
+def register_channels() -> None:
+    """One channel per Django task queue our backends accept."""
+    for queue_name in conf.queue_names():
+        channel.register(TasksChannel(queue_name))
