@@ -33,15 +33,19 @@ if BACKEND == "db":
     INSTALLED_APPS.append("django_tasks_db")
 
 TASKS = {
-    "default": {"BACKEND": "nightjar_tasks.backend.NightjarBackend"}
+    "default": {
+        "BACKEND": "nightjar_tasks.backend.NightjarBackend",
+        # A failing task is tried 3 times, 0.5 s then 1 s apart, then FAILED and parked.
+        "OPTIONS": {"max_attempts": 3, "backoff": 0.5},
+    }
     if BACKEND == "nightjar"
     else {"BACKEND": "django_tasks_db.DatabaseBackend"}
 }
 
 # The broker; its scheme picks the transport. `run` starts one of its own and
 # says which (a fresh terminal here reads it from .run/local.env).
-NIGHTJAR_BROKER_URL = os.environ.get("NIGHTJAR_BROKER_URL") or "amqp://guest:guest@127.0.0.1:5674/%2F"
-NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE") or "tasks_demo"
+NIGHTJAR_BROKER_URL = os.environ.get("NIGHTJAR_BROKER_URL") or "amqp://guest:guest@127.0.0.1:5675/%2F"
+NIGHTJAR_TASKS_QUEUE = os.environ.get("NIGHTJAR_TASKS_QUEUE") or "tasks_demo"
 NIGHTJAR_CONSUMER_NAME = os.environ.get("NIGHTJAR_CONSUMER_NAME", "")
 # Killed workers' entries are claimed by the others after this long (Redis Streams).
 NIGHTJAR_CLAIM_IDLE_SECONDS = float(os.environ.get("NIGHTJAR_CLAIM_IDLE_SECONDS") or 60)

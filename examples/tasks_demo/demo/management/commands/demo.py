@@ -33,15 +33,18 @@ class Command(BaseCommand):
         parser.add_argument("--visits", type=int, default=0, help="Enqueue this many record_visit tasks and exit.")
         parser.add_argument("--label", default="visit", help="With --visits: labels are LABEL-0, LABEL-1, ...")
         parser.add_argument(
+            "--linger", type=float, default=0.0, help="With --visits: each task waits this long after its insert."
+        )
+        parser.add_argument(
             "--ids", type=Path, help="With --visits: append the result ids here; with --report: read them."
         )
         parser.add_argument("--report", action="store_true", help="Print the statuses of the results in --ids as JSON.")
 
-    def handle(self, *args, wait, visits, label, ids, report, **options):
+    def handle(self, *args, wait, visits, label, linger, ids, report, **options):
         if report:
             return self.report(ids)
         if visits:
-            return self.enqueue_visits(visits, label, ids)
+            return self.enqueue_visits(visits, label, linger, ids)
         later = timezone.now() + timedelta(seconds=5)
         results = [
             ("record_visit('hello')", record_visit.enqueue("hello")),
@@ -68,10 +71,10 @@ class Command(BaseCommand):
         if waiting:
             raise CommandError(f"Not finished after {wait:g} s: {', '.join(waiting)}. Is the worker running?")
 
-    def enqueue_visits(self, count, label, ids):
+    def enqueue_visits(self, count, label, linger, ids):
         with open(ids, "a") if ids else open("/dev/null", "w") as out:
             for number in range(count):
-                out.write(record_visit.enqueue(f"{label}-{number}").id + "\n")
+                out.write(record_visit.enqueue(f"{label}-{number}", linger=linger).id + "\n")
                 out.flush()  # a kill of this process loses at most the id being written
         self.stdout.write(f"Enqueued {count} record_visit tasks")
 
