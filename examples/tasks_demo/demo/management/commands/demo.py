@@ -59,17 +59,16 @@ class Command(BaseCommand):
             self.stdout.write(f"Enqueued {call}: {result.status}")
         self.stdout.write("Waiting for the worker...")
         deadline = time.monotonic() + wait
-        waiting = dict(results)
-        while waiting and time.monotonic() < deadline:
-            for call, result in list(waiting.items()):
+        for call, result in results:  # in the order enqueued, whatever order they finish in
+            while True:
                 result = default_task_backend.get_result(result.id)  # as another process sees it
                 if result.status in FINISHED:
                     self.stdout.write(outcome(call, result))
-                    del waiting[call]
-            time.sleep(0.2)
+                    break
+                if time.monotonic() > deadline:
+                    raise CommandError(f"{call} is still {result.status} after {wait:g} s. Is the worker running?")
+                time.sleep(0.2)
         self.stdout.write(f"Visits in the database: {Visit.objects.count()}")
-        if waiting:
-            raise CommandError(f"Not finished after {wait:g} s: {', '.join(waiting)}. Is the worker running?")
 
     def enqueue_visits(self, count, label, linger, ids):
         with open(ids, "a") if ids else open("/dev/null", "w") as out:
