@@ -120,7 +120,12 @@ INSTALLED_APPS = [
     "tickets",
     "door",
     "desk",
+    "django_tasks",  # the Tasks framework backport (Django 5.2)
+    "nightjar_tasks",  # Nightjar as its backend, on the delivery engine
 ]
+
+# Django's Tasks framework on Nightjar's engine (nightjar_tasks/; README).
+TASKS = {"default": {"BACKEND": "nightjar_tasks.backend.NightjarBackend"}}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
