@@ -1,0 +1,84 @@
+"""Tasks on the operator's surfaces: the per-task-path totals (nightjar_tasks
+summary) and the desk's Prometheus scrape. Rows as the backend's enqueue
+writes them; the worker's outcome written onto them (no broker here: the
+worker's own path is proven in the broker tier)."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from nightjar_tasks import summary
+from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.models import TaskParked, TaskRecord
+from tests.test_desk import samples
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+pytestmark = [pytest.mark.fast, pytest.mark.django_db]
+
+
+@task()
+def send_reminder(name: str) -> str:
+    return name
+
+
+@task()
+def resize_photo(number: int) -> int:
+    return number
+
+
+def finish(result, status: str, *, seconds: float) -> TaskRecord:
+    """What the worker writes when a task ends: its status and finish time."""
+    record = TaskRecord.objects.get(pk=result.id)
+    record.status, record.finished_at = status, record.enqueued_at + timedelta(seconds=seconds)
+    record.save()
+    return record
+
+
+@pytest.fixture
+def tasks():
+    """Per path: send_reminder 2 done (1 s and 3 s), 1 failed and parked, 1 waiting; resize_photo 1 waiting."""
+    finish(send_reminder.enqueue("Mina"), TaskResultStatus.SUCCESSFUL, seconds=1)
+    finish(send_reminder.enqueue("Ravi"), TaskResultStatus.SUCCESSFUL, seconds=3)
+    failed = finish(send_reminder.enqueue("Ada"), TaskResultStatus.FAILED, seconds=2)
+    TaskParked.objects.create(task=failed, reason="ValueError: no address", attempts=3, body_sha256="0" * 64)
+    send_reminder.enqueue("Lin")
+    resize_photo.enqueue(7)
+    return f"{__name__}.send_reminder", f"{__name__}.resize_photo"
+
+
+def test_each_task_path_counts_enqueued_done_failed_parked_waiting_and_latency(tasks):
+    reminder, photo = tasks
+    rows = {row.task_path: row for row in summary.by_task_path()}
+    assert set(rows) == {reminder, photo}
+    assert rows[reminder] == summary.TaskPath(
+        task_path=reminder, enqueued=4, done=2, failed=1, waiting=1, parked=1, latency_seconds=4.0
+    )
+    assert rows[reminder].average_latency == 2.0
+    assert (rows[photo].enqueued, rows[photo].waiting, rows[photo].done, rows[photo].average_latency) == (1, 1, 0, None)
+
+
+def test_a_requeued_task_is_no_longer_counted_parked(tasks):
+    reminder, _ = tasks
+    TaskParked.objects.update(resolution=TaskParked.REQUEUED, resolved_by="staff", resolved_at=timezone.now())
+    assert {row.task_path: row.parked for row in summary.by_task_path()}[reminder] == 0
+
+
+def test_the_desk_s_metrics_have_each_task_path_s_totals_and_latency(tasks, staff):
+    reminder, photo = tasks
+    scraped = samples(staff.get("/metrics").content.decode())
+    by = (("task_path", reminder),)
+    assert scraped[("nightjar_tasks_enqueued", by)] == 4
+    assert scraped[("nightjar_tasks_done", by)] == 2
+    assert scraped[("nightjar_tasks_failed", by)] == 1
+    assert scraped[("nightjar_tasks_parked", by)] == 1
+    assert scraped[("nightjar_tasks_waiting", by)] == 1
+    assert scraped[("nightjar_task_latency_seconds_count", by)] == 2
+    assert scraped[("nightjar_task_latency_seconds_sum", by)] == 4.0
+    assert scraped[("nightjar_tasks_waiting", (("task_path", photo),))] == 1
+    # The registrations' gauges are still there, unchanged.
+    assert ("nightjar_registrations_pending", ()) in scraped
