@@ -124,9 +124,7 @@ class TasksChannel(channel.Channel):
                 self.mine()
                 .filter(status=TaskResultStatus.READY)
                 .filter(Q(run_after__isnull=True) | Q(run_after__lte=now))
-                .filter(
-                    Q(published_at__isnull=True) | Q(published_at__lte=now - timedelta(seconds=older_than))
-                )
+                .filter(Q(published_at__isnull=True) | Q(published_at__lte=now - timedelta(seconds=older_than)))
                 .exclude(pk__in=TaskParked.objects.holding().filter(task__isnull=False).values("task"))
                 .order_by("enqueued_at", "pk")
             )
@@ -239,9 +237,6 @@ class TasksChannel(channel.Channel):
 
 
 def register_channels() -> None:
-    """One channel per Django task queue our backends accept. Only on an
-    engine that serves several channels by name (delivery.channel.get)."""
-    if not hasattr(channel, "get"):
-        return
+    """One channel per Django task queue our backends accept."""
     for queue_name in conf.queue_names():
         channel.register(TasksChannel(queue_name))

@@ -134,7 +134,9 @@ def _record_failure(record: TaskRecord, error: BaseException, started, me: str) 
         tries = row.attempts - row.requeued_at_attempt
         first_line = (str(error).strip().splitlines() or [""])[0]
         TaskFailure.objects.create(
-            task=row, worker=me[:100], error=storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300]
+            task=row,
+            worker=me[:100],
+            error=storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300],
         )
         if tries >= options["max_attempts"]:
             row.status, row.finished_at = TaskResultStatus.FAILED, now
