@@ -82,3 +82,19 @@ def test_the_desk_s_metrics_have_each_task_path_s_totals_and_latency(tasks, staf
     assert scraped[("nightjar_tasks_waiting", (("task_path", photo),))] == 1
     # The registrations' gauges are still there, unchanged.
     assert ("nightjar_registrations_pending", ()) in scraped
+
+
+def test_the_desk_lists_each_task_path_with_its_totals(tasks, staff):
+    reminder, photo = tasks
+    page = staff.get("/admin/tickets/registration/delivery-status/").content.decode()
+    assert "<h2>Tasks</h2>" in page
+    row = (
+        f"<tr><td>{reminder}</td><td>4</td><td>2</td><td>1</td>\n"
+        '      <td class="desk-warn">1</td><td>1</td>\n      <td>2.000 s</td></tr>'
+    )
+    assert row in page
+    assert f"<tr><td>{photo}</td><td>1</td><td>0</td><td>0</td>" in page
+
+
+def test_the_desk_has_no_tasks_block_without_tasks(staff):
+    assert "<h2>Tasks</h2>" not in staff.get("/admin/tickets/registration/delivery-status/").content.decode()
