@@ -86,7 +86,7 @@ class TasksSoak:
         command = [str(ROOT / "bin" / f"{self.broker}-node"), action, str(self.folder / self.broker)]
         if action == "start":
             command.append(str(self.broker_port))
-        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
         if action == "start":
             self.env["NIGHTJAR_BROKER_URL"] = result.stdout.strip()
 

@@ -3,9 +3,11 @@ summary) and the desk's Prometheus scrape. Rows as the backend's enqueue
 writes them; the worker's outcome written onto them (no broker here: the
 worker's own path is proven in the broker tier)."""
 
+import io
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from nightjar_tasks import summary
@@ -98,3 +100,21 @@ def test_the_desk_lists_each_task_path_with_its_totals(tasks, staff):
 
 def test_the_desk_has_no_tasks_block_without_tasks(staff):
     assert "<h2>Tasks</h2>" not in staff.get("/admin/tickets/registration/delivery-status/").content.decode()
+
+
+def test_tasks_status_prints_each_task_path_the_totals_and_the_queue(tasks):
+    reminder, photo = tasks
+    out = io.StringIO()
+    call_command("tasks_status", stdout=out)
+    lines = out.getvalue().splitlines()
+    width = len(reminder)
+    assert lines[0] == (f"{photo:<{width}}  enqueued=1  done=0  failed=0  parked=0  waiting=1  average latency -")
+    assert lines[1] == f"{reminder}  enqueued=4  done=2  failed=1  parked=1  waiting=1  average latency 2.000 s"
+    assert lines[2] == "Tasks: 5  done: 2  failed: 1  parked: 1 (see `parked --channel tasks`)  waiting: 2"
+    assert lines[3].startswith("Queue nightjar.tasks: ") and lines[3].endswith("dead-lettered")
+
+
+def test_tasks_status_without_tasks_says_so():
+    out = io.StringIO()
+    call_command("tasks_status", stdout=out)
+    assert out.getvalue().splitlines()[0] == "No tasks enqueued yet."
