@@ -64,3 +64,22 @@ def by_task_path() -> list[TaskPath]:
         )
         for row in rows
     ]
+
+
+def audit() -> list[str]:
+    """The promise checked row by row, one sentence per violation: a
+    SUCCESSFUL task has its completion key, and a completion key belongs to
+    a SUCCESSFUL task (a key without SUCCESSFUL would make a repeat skip a
+    task whose result was never recorded)."""
+    done = TaskRecord.objects.filter(status=TaskResultStatus.SUCCESSFUL)
+    problems = [
+        f"task {pk} ({path}) is SUCCESSFUL without its completion key"
+        for pk, path in done.filter(completion__isnull=True).values_list("pk", "task_path")
+    ]
+    problems += [
+        f"task {pk} ({path}) has a completion key but is {status}"
+        for pk, path, status in TaskRecord.objects.filter(completion__isnull=False)
+        .exclude(status=TaskResultStatus.SUCCESSFUL)
+        .values_list("pk", "task_path", "status")
+    ]
+    return problems

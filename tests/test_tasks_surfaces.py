@@ -7,12 +7,12 @@ import io
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from nightjar_tasks import summary
 from nightjar_tasks.compat import TaskResultStatus
-from nightjar_tasks.models import TaskParked, TaskRecord
+from nightjar_tasks.models import TaskCompletion, TaskParked, TaskRecord
 from tests.test_desk import samples
 
 try:
@@ -34,10 +34,12 @@ def resize_photo(number: int) -> int:
 
 
 def finish(result, status: str, *, seconds: float) -> TaskRecord:
-    """What the worker writes when a task ends: its status and finish time."""
+    """What the worker writes when a task ends: its status and finish time (and, done, its completion key)."""
     record = TaskRecord.objects.get(pk=result.id)
     record.status, record.finished_at = status, record.enqueued_at + timedelta(seconds=seconds)
     record.save()
+    if status == TaskResultStatus.SUCCESSFUL:
+        TaskCompletion.objects.create(task=record)
     return record
 
 
@@ -111,7 +113,22 @@ def test_tasks_status_prints_each_task_path_the_totals_and_the_queue(tasks):
     assert lines[0] == (f"{photo:<{width}}  enqueued=1  done=0  failed=0  parked=0  waiting=1  average latency -")
     assert lines[1] == f"{reminder}  enqueued=4  done=2  failed=1  parked=1  waiting=1  average latency 2.000 s"
     assert lines[2] == "Tasks: 5  done: 2  failed: 1  parked: 1 (see `parked --channel tasks`)  waiting: 2"
-    assert lines[3].startswith("Queue nightjar.tasks: ") and lines[3].endswith("dead-lettered")
+    assert lines[3] == "Audit passed: every SUCCESSFUL task has its completion key, and only those."
+    assert lines[4].startswith("Queue nightjar.tasks: ") and lines[4].endswith("dead-lettered")
+
+
+def test_the_audit_names_a_done_task_without_its_key_and_a_key_on_an_unfinished_task(tasks):
+    reminder, photo = tasks
+    done = TaskRecord.objects.filter(task_path=reminder, status=TaskResultStatus.SUCCESSFUL).first()
+    TaskCompletion.objects.filter(task=done).delete()
+    waiting = TaskRecord.objects.get(task_path=photo)
+    TaskCompletion.objects.create(task=waiting)
+    assert summary.audit() == [
+        f"task {done.pk} ({reminder}) is SUCCESSFUL without its completion key",
+        f"task {waiting.pk} ({photo}) has a completion key but is READY",
+    ]
+    with pytest.raises(CommandError, match=r"Audit failed: 2 task\(s\) break the promise"):
+        call_command("tasks_status", stdout=io.StringIO())
 
 
 def test_tasks_status_without_tasks_says_so():

@@ -1,11 +1,14 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from delivery import channel
 from nightjar_tasks import conf, summary
 
 
 class Command(BaseCommand):
-    help = "Show the tasks per task path (enqueued, done, failed, parked, waiting, latency) and each tasks queue. Changes nothing."
+    help = (
+        "Show the tasks per task path (enqueued, done, failed, parked, waiting, latency), audit them "
+        "(exit status 1 on a violation) and show each tasks queue. Changes nothing."
+    )
 
     def handle(self, *args, **options):
         rows = summary.by_task_path()
@@ -24,6 +27,11 @@ class Command(BaseCommand):
                 f"Tasks: {total('enqueued')}  done: {total('done')}  failed: {total('failed')}  "
                 f"parked: {total('parked')} (see `parked --channel tasks`)  waiting: {total('waiting')}"
             )
+        problems = summary.audit()
+        if not problems:
+            self.stdout.write("Audit passed: every SUCCESSFUL task has its completion key, and only those.")
+        for problem in problems:
+            self.stdout.write(f"Audit: {problem}")
         for queue_name in conf.queue_names():
             tasks_channel = channel.get(conf.channel_name(queue_name))
             q = tasks_channel.gauges()["queue"]
@@ -35,3 +43,5 @@ class Command(BaseCommand):
                 f"Queue {tasks_channel.queue}: {q['ready']} ready, {unacked} unacknowledged, "
                 f"{q['consumers']} consumers, {q['dead']} dead-lettered"
             )
+        if problems:
+            raise CommandError(f"Audit failed: {len(problems)} task(s) break the promise.", returncode=1)
