@@ -196,6 +196,8 @@ class TasksSoak:
             if self.uses_broker:
                 self.broker_node("stop")
         statuses = figures["statuses"]
+        # A worker killed with a task unacknowledged: the broker hands it to another (Nightjar's workers say so).
+        figures["redeliveries"] = sum(log.read_text(errors="replace").count("redelivered=True") for log in self.logs)
         figures.update(
             backend=self.backend,
             tasks=n,
@@ -230,6 +232,7 @@ def summary(all_figures: list[dict]) -> None:
         ("not SUCCESSFUL", "stuck"),
         ("  of which RUNNING", "running"),
         ("worker SIGKILLs", "kills"),
+        ("redeliveries seen", "redeliveries"),
         ("broker restarts", "broker_restarts"),
         ("seconds", "seconds"),
     ]
