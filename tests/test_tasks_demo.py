@@ -10,8 +10,7 @@ import threading
 import pytest
 
 from tests.checkout import clean_env, copy_checkout
-from tests.conftest import ROOT, TRANSPORT
-from tests.ports import free_port
+from tests.conftest import ROOT, TRANSPORT, free_port
 
 pytestmark = pytest.mark.broker
 
