@@ -15,7 +15,7 @@ from django.utils.module_loading import import_string
 from delivery import channel, transport
 from delivery.codec import ContractError
 from delivery.recording import park, record_rejection
-from nightjar_tasks import conf, messages, publishing
+from nightjar_tasks import conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
     TaskCompletion,
@@ -104,7 +104,7 @@ class TasksChannel(channel.Channel):
             raise channel.HandlerError(f"Cannot load the task handler {spec!r}: {error}") from None
 
     def handle_batch(self, messages_, rejections, ack_all, pause):
-        raise channel.DomainError("The tasks channel runs one task per delivery (no --batch yet).")
+        return runner.handle_batch(messages_, rejections, ack_all, pause)
 
     # -- reconcile and parking --
 

@@ -22,6 +22,7 @@ from django.utils.module_loading import import_string
 
 from delivery.checkpoints import checkpoint
 from delivery.codec import storable_text
+from delivery.recording import record_rejection
 from nightjar_tasks import backend as backends
 from nightjar_tasks.compat import (
     TaskContext,
@@ -155,3 +156,48 @@ def _record_failure(record: TaskRecord, error: BaseException, started, me: str) 
             row.published_at = None  # reconcile publishes it when due
         row.save()
     return row
+
+
+def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[int]:
+    """Batch mode (`worker --channel tasks --batch N`): the rejections recorded
+    and every task run in ONE transaction, each task in a savepoint of its own
+    (a failing one is rolled back alone and its failure recorded), then one
+    ack for the batch. Returns the ids done now. A task that opted out of the
+    shared transaction runs in its savepoint too here (the stronger promise)."""
+    records = TaskRecord.objects.in_bulk([message.task_id for message in messages])
+    me = worker_id()
+    done, finished = [], []
+    checkpoint(pause, "before-write")
+    with transaction.atomic():
+        for delivery, reason in rejections:
+            record_rejection(delivery=delivery, reason=reason)
+        for message in messages:
+            record = records[message.task_id]
+            if record.status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+                continue
+            task = import_string(record.task_path)
+            started = timezone.now()
+            record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
+            record.started_at = record.started_at or started
+            record.worker_ids = [*record.worker_ids, me]
+            result = backends.to_result(record, task)
+            try:
+                with transaction.atomic():  # the task's savepoint
+                    if not _insert_key(record.pk):
+                        continue
+                    task_started.send(SENDER, task_result=result)
+                    value = normalize_json(_call(task, result))
+                    _mark_done(record, value, started)
+            except Exception as error:
+                failed = _record_failure(record, error, started, me)
+                task_finished.send(SENDER, task_result=backends.to_result(failed, task))
+                continue
+            done.append(record.pk)
+            finished.append(task)
+        checkpoint(pause, "inside-transaction")
+    checkpoint(pause, "after-commit")
+    ack_all()
+    rows = TaskRecord.objects.in_bulk(done) if done else {}
+    for pk, task in zip(done, finished, strict=True):
+        task_finished.send(SENDER, task_result=backends.to_result(rows[pk], task))
+    return done

@@ -35,9 +35,9 @@ def ready(queue) -> int:
     return transport.queue_counts(queue)["ready"]
 
 
-def drain() -> str:
+def drain(batch: int | None = None) -> str:
     out = io.StringIO()
-    worker = Worker(handler=runner.handle, stdout=out)
+    worker = Worker(handler=runner.handle, stdout=out, batch=batch)
     worker.connect()
     try:
         worker.drain()
@@ -206,3 +206,17 @@ def test_prune_deletes_finished_results_older_than_the_days(capsys):
     call_command("prune_tasks", "--days", "30")
     assert list(TaskRecord.objects.values_list("status", flat=True)) == [TaskResultStatus.READY]
     assert "Deleted 1" in capsys.readouterr().out
+
+
+def test_batch_mode_runs_each_task_in_its_own_savepoint(tasks_channel):
+    good = tasks.insert_row.enqueue("batched")
+    bad = tasks.insert_when_fixed.enqueue("broken")
+    publishing.publish(TaskRecord.objects.get(pk=good.id))  # a repeat in the same batch
+    transport.publish_raw([b"not json"], queue=tasks_channel.queue)
+    drain(batch=10)
+    good.refresh(), bad.refresh()
+    assert (good.status, good.return_value) == (TaskResultStatus.SUCCESSFUL, "batched")
+    assert (bad.status, bad.attempts) == (TaskResultStatus.READY, 1)  # rolled back alone, waits for its retry
+    assert list(Group.objects.values_list("name", flat=True)) == ["batched"]
+    assert TaskRejectedMessage.objects.count() == 1
+    assert ready(tasks_channel.queue) == 0
