@@ -177,6 +177,8 @@ class TasksSoak:
                         break  # what is left stays where it is
                 else:
                     last, unchanged = statuses, 0
+                # --older-than 2: with 0 one reconcile call republishes the rows it has just published, pass
+                # after pass (each pass finds them due again), until its 300 s budget.
                 if self.uses_broker and rounds % 5 == 0:
                     republished = self.manage(
                         "reconcile", "--channel", "tasks", "--older-than", "0", check=False
