@@ -15,7 +15,7 @@ import os
 import socket
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -50,11 +50,19 @@ def _call(task, result):
 
 
 def _insert_key(task_id: int) -> bool:
-    """The completion key; False when it is there already. A concurrent insert
-    of the same key waits for the other transaction (the row is locked first)."""
-    TaskRecord.objects.select_for_update().filter(pk=task_id).values_list("pk").first()
-    _, created = TaskCompletion.objects.get_or_create(task_id=task_id)
-    return created
+    """Insert the completion key; False when it is there already. One
+    statement: a concurrent insert of the same key waits for the other
+    transaction and then does nothing (PostgreSQL), or waits for the write
+    lock (SQLite, immediate transactions), so two workers never both run it."""
+    table = TaskCompletion._meta.db_table
+    connection = connections[TaskCompletion.objects.db]
+    now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (task_id, completed) VALUES (%s, %s) ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
+            [task_id, now],
+        )
+        return cursor.fetchone() is not None
 
 
 def handle(message, ack, pause=None):
@@ -102,15 +110,18 @@ def handle(message, ack, pause=None):
     checkpoint(pause, "after-commit")
     ack()
     if done:
-        task_finished.send(SENDER, task_result=backends.to_result(TaskRecord.objects.get(pk=record.pk), task))
+        task_finished.send(SENDER, task_result=backends.to_result(record, task))
 
 
 def _mark_done(record: TaskRecord, value, started) -> bool:
+    """The row as done (and `record` as stored, for task_finished)."""
+    record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, timezone.now(), value
+    record.last_attempted_at, record.attempts = started, record.attempts + 1
     TaskRecord.objects.filter(pk=record.pk).update(
-        status=TaskResultStatus.SUCCESSFUL,
+        status=record.status,
         started_at=record.started_at,
         last_attempted_at=started,
-        finished_at=timezone.now(),
+        finished_at=record.finished_at,
         return_value=value,
         worker_ids=record.worker_ids,
         attempts=F("attempts") + 1,
@@ -197,7 +208,6 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[
         checkpoint(pause, "inside-transaction")
     checkpoint(pause, "after-commit")
     ack_all()
-    rows = TaskRecord.objects.in_bulk(done) if done else {}
     for pk, task in zip(done, finished, strict=True):
-        task_finished.send(SENDER, task_result=backends.to_result(rows[pk], task))
+        task_finished.send(SENDER, task_result=backends.to_result(records[pk], task))
     return done

@@ -62,13 +62,13 @@ def second():
 
 
 def test_channels_are_found_by_name_and_the_default_is_registrations(second):
-    assert [user.name for user in channel.all()] == ["registrations", "second"]
+    assert [user.name for user in channel.all()] == ["registrations", "tasks", "second"]  # tasks: nightjar_tasks
     assert channel.get("second") is second and channel.current().name == "registrations"
     assert channel.select("second") is second and channel.current() is second
     channel.select(None)
     assert channel.current().name == "registrations"
     with pytest.raises(
-        LookupError, match=r"No delivery channel is named 'third' \(registered: registrations, second\)"
+        LookupError, match=r"No delivery channel is named 'third' \(registered: registrations, tasks, second\)"
     ):
         channel.get("third")
     with pytest.raises(ValueError, match="already registered"):

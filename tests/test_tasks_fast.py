@@ -7,6 +7,7 @@ import io
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import transaction
@@ -86,6 +87,8 @@ def test_get_result_reads_the_row_and_unknown_ids_do_not_exist():
     assert backend.get_result(result.id).status == TaskResultStatus.READY
     drain()
     assert tasks.add.get_result(result.id).return_value == 5
+    # async_to_sync: aget_result's query runs back on this thread (its connection, closed by the test run).
+    assert async_to_sync(backend.aget_result)(result.id).return_value == 5
     for unknown in ("999999", "not-a-number"):
         with pytest.raises(TaskResultDoesNotExist):
             backend.get_result(unknown)
