@@ -83,6 +83,17 @@ class DeskCollector:
                     yield GaugeMetricFamily(f"nightjar_queue_{key}", help_text, value=queue[key])
 
 
+# Scrape-time collectors of the engine's other users (nightjar_tasks: per
+# task path), read from the database with the desk's gauges above.
+DESK_COLLECTORS: list = []
+
+
+def add_desk_collector(collector) -> None:
+    """Another app's gauges in the desk's scrape (its AppConfig.ready calls this)."""
+    if all(type(known) is not type(collector) for known in DESK_COLLECTORS):
+        DESK_COLLECTORS.append(collector)
+
+
 def multiprocess_mode() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
@@ -99,6 +110,8 @@ def exposition(*, desk: bool) -> tuple[bytes, str]:
     if desk:
         gauges = CollectorRegistry()
         gauges.register(DeskCollector())
+        for collector in DESK_COLLECTORS:
+            gauges.register(collector)
         text += generate_latest(gauges)
     return text, CONTENT_TYPE_LATEST
 

@@ -20,6 +20,7 @@ from delivery import metrics, transport
 from delivery.health import describe_replicas
 from desk import charts
 from door.services import arrivals
+from nightjar_tasks import summary as tasks_summary
 from tickets.admin import actor
 from tickets.models import Registration
 from tickets.services.activity import activity
@@ -59,6 +60,8 @@ def dashboard(request):
         "can_reconcile": registrations_admin().has_change_permission(request),
         "opts": Registration._meta,
         "arrivals": desk_arrivals() if request.user.has_perm("door.view_checkin") else None,
+        # Django tasks on Nightjar's backend, per task path (none: no block).
+        "tasks": tasks_summary.by_task_path(),
     }
     context["read_at"] = context["charts"][0]["read_at"]
     # admin_view already says no-store: every read is fresh.

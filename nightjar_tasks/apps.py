@@ -11,3 +11,7 @@ class NightjarTasksConfig(AppConfig):
         from nightjar_tasks import channel, checks  # noqa: F401 (checks registers itself)
 
         channel.register_channels()
+        from delivery import metrics as engine_metrics
+        from nightjar_tasks.metrics import TaskPathCollector
+
+        engine_metrics.add_desk_collector(TaskPathCollector())  # the desk's /metrics, per task path
