@@ -62,7 +62,7 @@ os.environ["NIGHTJAR_LOG_FORMAT"] = "plain"
 
 import django  # noqa: E402
 
-from tests.ports import free_port  # noqa: E402
+from devtools.ports import free_port  # noqa: E402
 
 OWN_NODE = None
 if not os.environ.get("RABBITMQ_URL"):

@@ -1,8 +1,9 @@
 """The import direction between the apps, read from the source with ast (no
 import runs, no broker needed): the engine (delivery/) imports none of the
 apps that use it; nothing imports the door, the desk or the classroom (the
-desk may, once it shows arrivals); each broker
-client library is imported in one transport module and nowhere else."""
+desk may, once it shows arrivals); no app of the product imports devtools/
+(the tools of tests/ and bin/), and devtools/ imports none of the product
+nor tests/; each broker client library is imported in one transport module and nowhere else."""
 
 import ast
 from pathlib import Path
@@ -12,16 +13,20 @@ import pytest
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["delivery", "tickets", "door", "desk", "classroom", "nightjar"]
+APPS = ["delivery", "tickets", "door", "desk", "classroom", "nightjar", "devtools"]
+# The product: what is deployed. devtools/ (ports, namespaces, gunicorn, a
+# guest client for the tests and bin/) is none of it, and imports none of it.
+PRODUCT = {"delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks"}
 
 # app -> the top-level packages it must never import
 FORBIDDEN = {
-    "delivery": {"tickets", "door", "desk", "classroom", "nightjar"},
-    "tickets": {"door", "desk", "classroom"},
-    "door": {"desk", "classroom"},
-    "nightjar": {"door", "desk", "classroom"},
-    "desk": {"classroom"},
-    "classroom": {"desk"},
+    "delivery": {"tickets", "door", "desk", "classroom", "nightjar", "devtools"},
+    "tickets": {"door", "desk", "classroom", "devtools"},
+    "door": {"desk", "classroom", "devtools"},
+    "nightjar": {"door", "desk", "classroom", "devtools"},
+    "desk": {"classroom", "devtools"},
+    "classroom": {"desk", "devtools"},
+    "devtools": PRODUCT | {"tests"},
 }
 # broker client library -> the one module that may import it
 BROKER_LIBRARIES = {"pika": "delivery/transport/amqp.py", "redis": "delivery/transport/redis_streams.py"}
@@ -75,6 +80,9 @@ def test_the_engine_is_read():
         ("tickets", "tickets/views.py", "from desk import charts\n"),
         ("delivery", "delivery/worker.py", "import pika\n"),
         ("tickets", "tickets/services/registrations.py", "from redis import Redis\n"),
+        ("tickets", "tickets/views.py", "from devtools.ports import free_port\n"),
+        ("devtools", "devtools/web.py", "from tickets.models import Ticket\n"),
+        ("devtools", "devtools/ports.py", "from tests.conftest import ROOT\n"),
     ],
 )
 def test_a_forbidden_import_is_found(app, path, source):
