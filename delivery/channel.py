@@ -1,18 +1,34 @@
-"""What the engine needs from the app that uses it, in one place.
+"""What the engine needs from the apps that use it, in one place.
 
 The engine (this app) moves bodies from a broker to a handler and never
-imports its users. A user subclasses `Channel`, says what its bodies mean and
-where its records live, and registers one instance at start-up:
+imports its users. A user subclasses `Channel`, names it, says which broker
+queue it uses, what its bodies mean and where its records live, and registers
+one instance at start-up:
 
     # tickets/apps.py
     def ready(self):
         from delivery import channel
         from tickets.channel import RegistrationsChannel
-        channel.register(RegistrationsChannel())
+        channel.register(RegistrationsChannel())  # name "registrations", queue NIGHTJAR_QUEUE
+
+Several channels may be registered, each with its own unique `name` and its
+own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`):
+
+- `register(ch)`: add a channel (ValueError for a name already taken by another).
+- `get(name)`: the channel of that name (LookupError naming the registered ones).
+- `all()`: the registered channels, in registration order.
+- `select(name)`: make it the process's channel (`worker/reconcile/parked
+  --channel NAME`); None goes back to the default.
+- `current()`: the process's channel, for code that serves one: the selected
+  one, else "registrations" when registered, else the only one registered,
+  else LookupError listing the names.
 
 The worker, the recording of what it saw (delivery/recording.py), the
 `worker`, `reconcile` and `parked` commands, the metrics and the system
-checks call `channel.current()`; nothing else of the user.
+checks call `channel.current()`; nothing else of the user. Everything that
+touches the broker passes the channel's queue explicitly:
+`transport.publish(body, message_id=..., queue=ch.queue)`,
+`transport.Consumer(prefetch=..., queue=ch.queue)`, `transport.queue_counts(ch.queue)`.
 
 An intent is what the user stored before publishing (for tickets, a
 registration) and is named by an integer key. A message is the user's
@@ -34,6 +50,13 @@ class DomainError(Exception):
 
 class Channel:
     """Override every method; each docstring is the promise the engine relies on."""
+
+    name = ""  # unique among the registered channels ("registrations")
+
+    @property
+    def queue(self) -> str:
+        """The broker queue its intents travel on (read when used: a test's settings override wins)."""
+        raise NotImplementedError
 
     # -- decoding and checking a body against the stored intent (the hot path) --
 
@@ -135,18 +158,64 @@ class Channel:
         raise NotImplementedError
 
 
-_current: Channel | None = None
+DEFAULT = "registrations"  # current()'s choice when several are registered and none is selected
+
+_channels: dict[str, Channel] = {}
+_selected: str | None = None
 
 
 def register(channel: Channel) -> None:
-    """Make channel the one the engine serves (once, in an AppConfig.ready())."""
-    global _current
-    _current = channel
+    """Add channel to those the engine serves (in an AppConfig.ready()).
+    Registering the same name again replaces it only with an instance of the same class."""
+    if not channel.name:
+        raise ValueError(f"{type(channel).__name__} has no name.")
+    known = _channels.get(channel.name)
+    if known is not None and type(known) is not type(channel):
+        raise ValueError(f"A channel named {channel.name!r} is already registered ({type(known).__name__}).")
+    _channels[channel.name] = channel
+
+
+def unregister(name: str) -> None:
+    """Forget a channel (tests)."""
+    global _selected
+    _channels.pop(name, None)
+    if _selected == name:
+        _selected = None
+
+
+def all() -> list[Channel]:  # noqa: A001 (channel.all() reads as the registry's)
+    return list(_channels.values())
+
+
+def names() -> str:
+    return ", ".join(_channels) or "none"
+
+
+def get(name: str) -> Channel:
+    try:
+        return _channels[name]
+    except KeyError:
+        raise LookupError(f"No delivery channel is named {name!r} (registered: {names()}).") from None
+
+
+def select(name: str | None) -> Channel | None:
+    """Make the named channel this process's current() one; None: back to the default."""
+    global _selected
+    if name is None:
+        _selected = None
+        return None
+    chosen = get(name)
+    _selected = name
+    return chosen
 
 
 def current() -> Channel:
-    if _current is None:
-        raise RuntimeError(
-            "No delivery channel is registered: an app must call delivery.channel.register() in ready()."
-        )
-    return _current
+    if _selected is not None:
+        return get(_selected)
+    if DEFAULT in _channels:
+        return _channels[DEFAULT]
+    if len(_channels) == 1:
+        return next(iter(_channels.values()))
+    if not _channels:
+        raise LookupError("No delivery channel is registered: an app must call delivery.channel.register() in ready().")
+    raise LookupError(f"Several delivery channels are registered ({names()}): name one with --channel NAME.")

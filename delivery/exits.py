@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from django.core.management.base import CommandError
 
+from delivery import channel
 from delivery.channel import DomainError, HandlerError
 from delivery.transport import BrokerError
 
@@ -19,6 +20,24 @@ INTERRUPTED = 130
 
 class UsageError(Exception):
     """The command cannot run as asked (lab mode is off, say): exit 2."""
+
+
+def add_channel_argument(parser) -> None:
+    parser.add_argument(
+        "--channel",
+        metavar="NAME",
+        help="The delivery channel (default: registrations when registered, else the only one registered).",
+    )
+
+
+def select_channel(name: str | None) -> channel.Channel:
+    """The command's channel (`--channel NAME`, else the default), made the
+    process's current() one; an unknown or ambiguous name exits 2."""
+    try:
+        channel.select(name)
+        return channel.current()
+    except LookupError as error:
+        raise CommandError(str(error), returncode=USAGE) from None
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from delivery import channel, conf, transport
+from delivery import channel, conf
 from delivery.codec import storable_text
 from delivery.transport import Delivery
 
@@ -69,7 +69,7 @@ def record_lost_entry(*, entry: str, worker: str) -> None:
     try:
         user.failure_model.objects.create(
             worker=worker[:100],
-            error=f"Entry {entry} of {transport.queue_name()} was trimmed before it was handled"[:300],
+            error=f"Entry {entry} of {user.queue} was trimmed before it was handled"[:300],
             **{user.intent_field: None},
         )
     except Exception:

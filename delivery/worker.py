@@ -83,7 +83,7 @@ class Worker:
         self.stdout.flush()
 
     def connect(self) -> None:
-        self.consumer = transport.Consumer(prefetch=self.prefetch)
+        self.consumer = transport.Consumer(prefetch=self.prefetch, queue=self.channel.queue)
         if self.pause is not None:
             keepalive = self.consumer.keepalive
             self.pause.keepalive = lambda seconds: (self.beat(), keepalive(seconds))
@@ -326,7 +326,7 @@ class Worker:
                 try:
                     self.connect()
                     self.say(
-                        f"Serving {transport.queue_name()} from {self.consumer.node} (prefetch {self.prefetch});"
+                        f"Serving {self.channel.queue} from {self.consumer.node} (prefetch {self.prefetch});"
                         " stop with Ctrl+C or SIGTERM."
                     )
                     backoff = 1.0

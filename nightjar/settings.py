@@ -94,6 +94,7 @@ NIGHTJAR_BROKER_URL = (
 # admin's status page (bin/run's node serves it on port 15673).
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15673/")
 NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE", "nightjar.registrations")
+NIGHTJAR_TASKS_QUEUE = os.environ.get("NIGHTJAR_TASKS_QUEUE", "nightjar.tasks")  # nightjar_tasks/conf.py
 # After this many failed attempts the worker parks a registration for staff
 # (Nightjar's own count); also the broker's backstop (quorum queue
 # x-delivery-limit; Redis: the transport's), which counts returns too.
@@ -120,7 +121,12 @@ INSTALLED_APPS = [
     "tickets",
     "door",
     "desk",
+    "django_tasks",  # the Tasks framework backport (Django 5.2)
+    "nightjar_tasks",  # Nightjar as its backend, on the delivery engine
 ]
+
+# Django's Tasks framework on Nightjar's engine (nightjar_tasks/; README).
+TASKS = {"default": {"BACKEND": "nightjar_tasks.backend.NightjarBackend"}}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

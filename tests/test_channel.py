@@ -2,7 +2,10 @@
 tickets registers answers every question the engine asks, and names record
 models built on the engine's abstract ones."""
 
+import io
+
 import pytest
+from django.core.management import CommandError, call_command
 
 from delivery import channel, records
 from tickets.channel import RegistrationsChannel
@@ -37,3 +40,71 @@ def test_the_hot_path_answers_as_the_contract_does():
     assert user.intent_id(message) == 2
     assert user.label(2) == "R-0002"
     assert user.claimed_id(b'{"id":"R-0002","v":2}') == 2
+
+
+class SecondChannel(RegistrationsChannel):
+    """A second user of the engine: the registrations' meaning, its own name and queue."""
+
+    name = "second"
+
+    @property
+    def queue(self) -> str:
+        return "nightjar.test-second"
+
+
+@pytest.fixture
+def second():
+    extra = SecondChannel()
+    channel.register(extra)
+    yield extra
+    channel.unregister("second")
+    channel.select(None)
+
+
+def test_channels_are_found_by_name_and_the_default_is_registrations(second):
+    assert [user.name for user in channel.all()] == ["registrations", "tasks", "second"]  # tasks: nightjar_tasks
+    assert channel.get("second") is second and channel.current().name == "registrations"
+    assert channel.select("second") is second and channel.current() is second
+    channel.select(None)
+    assert channel.current().name == "registrations"
+    with pytest.raises(
+        LookupError, match=r"No delivery channel is named 'third' \(registered: registrations, tasks, second\)"
+    ):
+        channel.get("third")
+    with pytest.raises(ValueError, match="already registered"):
+        channel.register(type("Other", (SecondChannel,), {})())
+
+
+def test_without_registrations_the_only_channel_is_current_and_several_need_a_name(second, monkeypatch):
+    monkeypatch.setattr(channel, "_channels", {"second": second})
+    assert channel.current() is second
+    monkeypatch.setattr(channel, "_channels", {"second": second, "third": SecondChannel()})
+    with pytest.raises(LookupError, match=r"Several delivery channels are registered \(second, third\)"):
+        channel.current()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_channel_consumes_only_its_own_queue(second):
+    from delivery import transport
+    from tickets import contract
+    from tickets.models import Registration, Ticket
+    from tickets.services.registrations import register_guest
+
+    first = register_guest(name="Mina Patel")  # published on the registrations queue
+    other = Registration.objects.create(name="Ravi Shah")
+    transport.publish(
+        contract.encode(registration_id=other.id, name=other.name), message_id="second-1", queue=second.queue
+    )
+    assert transport.queue_counts(second.queue)["ready"] == transport.queue_counts(transport.queue_name())["ready"] == 1
+
+    out = io.StringIO()
+    call_command("worker", "--drain", "--channel", "second", stdout=out)
+    assert out.getvalue().endswith("Drained 1 delivery; no ready registrations left.\n")
+    assert list(Ticket.objects.values_list("registration_id", flat=True)) == [other.id]
+    assert transport.queue_counts(transport.queue_name())["ready"] == 1  # the registrations' one is untouched
+
+    call_command("worker", "--drain", stdout=io.StringIO())
+    assert sorted(Ticket.objects.values_list("registration_id", flat=True)) == sorted([first.id, other.id])
+    with pytest.raises(CommandError, match="No delivery channel is named 'third'") as refused:
+        call_command("worker", "--drain", "--channel", "third")
+    assert refused.value.returncode == 2

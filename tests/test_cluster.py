@@ -246,7 +246,7 @@ def finish_and_audit(expected: int, deadline_seconds: float = 180) -> float:
 
 def test_the_quorum_queue_has_a_replica_on_every_node_and_status_says_so(on_cluster):
     register_guest(name="Replica Check")
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert len(counts["members"]) == 3 and sorted(counts["online"]) == sorted(counts["members"])
     line = describe_replicas(counts)
     assert line.startswith(f"leader {counts['leader']}; 3 of 3 members online")
@@ -315,7 +315,7 @@ def test_a_paused_node_that_does_not_resume_is_started_when_its_peers_come_back(
     on_cluster.down -= set(lost)
     assert any(f"Node {paused} runs with its app stopped" in output for output in outputs), outputs
     register_guest(name="After The Pause")  # the queue has its quorum again
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert sorted(counts["online"]) == sorted(counts["members"]) and len(counts["members"]) == 3
 
 
@@ -475,7 +475,7 @@ def test_a_partitioned_leader_and_a_cut_off_worker_lose_nothing_and_duplicate_no
         network.heal(str(leader))
         partitioned.down.discard(leader)
         print("healed")
-        all_online = lambda: len(transport.queue_counts().get("online", [])) == 3  # noqa: E731
+        all_online = lambda: len(transport.queue_counts(transport.queue_name()).get("online", [])) == 3  # noqa: E731
         try:
             until(all_online, 90, "the node to rejoin", every=1, ignoring=transport.BrokerError)
         except AssertionError:

@@ -31,7 +31,7 @@ def amqp_publish(url: str, queue: str, body: bytes) -> None:
 def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, workers, test_settings):
     known = Registration.objects.create(name="Known Guest")
     valid = register_guest(name="Valid Guest")
-    transport.queue_counts()  # declares the queue for amqp-publish
+    transport.queue_counts(transport.queue_name())  # declares the queue for amqp-publish
     poison = {
         b"{this is not json": "not valid JSON",
         b'{"id":"R-0002","name":"Known Guest","v":1,"admin":true}': "unknown: admin",
@@ -58,7 +58,7 @@ def test_poison_messages_are_recorded_once_acked_and_make_no_ticket(mode, worker
     assert RejectedMessage.objects.get(reason__contains="does not match").registration == known
     assert not known.tickets.exists()
     assert Ticket.objects.count() == 1 and valid.tickets.count() == 1
-    assert transport.queue_counts()["ready"] == 0  # every poison message was acked
+    assert transport.queue_counts(transport.queue_name())["ready"] == 0  # every poison message was acked
 
 
 @pytest.mark.fast
@@ -147,7 +147,7 @@ def test_a_delivery_that_keeps_failing_is_parked_by_the_worker_before_the_broker
     finally:
         mend_tickets_table()
     # The broker would have dead-lettered it only after a third failed delivery: it never had to.
-    assert transport.queue_counts()["dead"] == 0
+    assert transport.queue_counts(transport.queue_name())["dead"] == 0
     parked = ParkedDelivery.objects.get(registration=registration)
     assert "tickets_ticket" in parked.reason and "failed 2 times" in parked.reason and parked.attempts == 2
     out = StringIO()
@@ -241,4 +241,4 @@ def test_a_worker_reads_the_registrations_of_waiting_deliveries_at_once_and_stil
     # Far fewer reads than deliveries (34): the buffer's rows came with the first.
     assert len(queries) <= 6, queries
     assert any(len(ids) > 10 for ids in queries)
-    assert transport.queue_counts()["ready"] == 0
+    assert transport.queue_counts(transport.queue_name())["ready"] == 0

@@ -47,7 +47,7 @@ class RecordingChannel:
 def recording_worker(handler, registration: Registration) -> tuple[Worker, RecordingChannel]:
     channel = RecordingChannel([contract.encode(registration_id=registration.pk, name=registration.name)])
     consumer = amqp.Consumer.__new__(amqp.Consumer)
-    consumer._channel, consumer._prefetch, consumer.lost = channel, 1, []
+    consumer._channel, consumer._prefetch, consumer.lost, consumer.queue = channel, 1, [], amqp.queue_name()
     consumer._deferred_tag = consumer._deferred_count = 0
     consumer._connection = SimpleNamespace(is_open=True, close=lambda: None)
     worker = Worker(handler=handler, stdout=io.StringIO())

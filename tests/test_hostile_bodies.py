@@ -62,7 +62,7 @@ def expect_outcomes(bodies: list[bytes], registrations: list[Registration], publ
     for body, times in published.items():
         recorded = RejectedMessage.objects.filter(body_sha256=hashlib.sha256(body).hexdigest()).count()
         assert recorded == times, (body[:80], recorded, times)
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert counts["ready"] == 0 and counts["dead"] == 0, counts
 
 

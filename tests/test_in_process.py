@@ -48,13 +48,19 @@ def test_a_fast_test_cannot_start_a_process_or_reach_a_broker():
 
 def test_the_in_memory_queue_keeps_unacked_deliveries_and_dead_letters_past_the_limit(settings):
     settings.NIGHTJAR_DELIVERY_LIMIT = 2
-    transport.publish(b"body", message_id="m1")
-    consumer = transport.Consumer()
+    transport.publish(b"body", message_id="m1", queue=transport.queue_name())
+    consumer = transport.Consumer(queue=transport.queue_name())
     first = consumer.get()
     assert (first.body, first.redelivered, first.attempts) == (b"body", False, 0)
-    assert transport.queue_counts() == {"ready": 0, "unacked": 1, "unacked_error": "", "consumers": 1, "dead": 0}
+    assert transport.queue_counts(transport.queue_name()) == {
+        "ready": 0,
+        "unacked": 1,
+        "unacked_error": "",
+        "consumers": 1,
+        "dead": 0,
+    }
     consumer.close()  # a deliberate hand-back: not counted
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     again = consumer.get()
     assert (again.redelivered, again.attempts) == (True, 0)
     for attempts in (1, 2):
@@ -82,7 +88,7 @@ def test_registrations_published_twice_become_one_ticket_each_in_process(batch):
     assert handled == 40
     assert Ticket.objects.count() == Completion.objects.count() == 20
     assert not Registration.objects.annotate(n=Count("tickets")).exclude(n=1).exists()
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert (counts["ready"], counts["unacked"]) == (0, 0)
 
 
@@ -95,7 +101,7 @@ def test_a_poison_body_is_recorded_once_and_acked_in_process(batch):
 
     assert RejectedMessage.objects.count() == 2
     assert Ticket.objects.count() == 1 and valid.tickets.count() == 1
-    counts = transport.queue_counts()
+    counts = transport.queue_counts(transport.queue_name())
     assert (counts["ready"], counts["unacked"], counts["dead"]) == (0, 0, 0)
 
 
@@ -108,7 +114,7 @@ def test_a_database_error_in_process_leaves_the_delivery_for_a_later_run():
     finally:
         mend_tickets_table()
     assert (Ticket.objects.count(), Completion.objects.count()) == (0, 0)
-    assert transport.queue_counts()["ready"] == 1  # handed back, not acked
+    assert transport.queue_counts(transport.queue_name())["ready"] == 1  # handed back, not acked
 
     drain(None)
     assert registration.tickets.count() == 1

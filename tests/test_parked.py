@@ -55,7 +55,7 @@ def fail_until_parked(workers, registration) -> None:
         assert "No ready registrations" in workers.run().stdout
     finally:
         mend_tickets_table()
-    assert transport.queue_counts()["dead"] == 0
+    assert transport.queue_counts(transport.queue_name())["dead"] == 0
 
 
 def test_interruptions_alone_use_up_the_limit_but_the_registration_comes_back(low_limit):
@@ -69,12 +69,12 @@ def test_interruptions_alone_use_up_the_limit_but_the_registration_comes_back(lo
     }[transport.kind()]
     assert f"It has gone back 1 time(s); {who}, and the next reconcile publishes it again." in outputs[0]
     assert "It has gone back 3 time(s)" in outputs[-1]
-    assert transport.queue_counts()["dead"] == 1
+    assert transport.queue_counts(transport.queue_name())["dead"] == 1
 
     # Inside the grace period reconcile republishes nothing, but it collects.
     output = run("reconcile", "--older-than", "3600")
     assert f"Requeued {registration.code}: dead-lettered by interruptions alone" in output
-    assert transport.queue_counts()["dead"] == 0
+    assert transport.queue_counts(transport.queue_name())["dead"] == 0
     assert f"Received {registration.code}" in low_limit.run().stdout
     assert registration.tickets.count() == 1
     assert not ParkedDelivery.objects.holding().exists()
@@ -120,12 +120,12 @@ def test_a_discarded_registration_stays_parked_and_out_of_the_waiting_list(low_l
 
 
 def test_a_hostile_body_found_in_the_dead_letter_queue_becomes_a_rejected_message():
-    transport.queue_counts()  # declares both queues
+    transport.queue_counts(transport.queue_name())  # declares both queues
     transport.publish_raw([b"[" * 2000 + b"]" * 2000, b"\x00"], dead=True)
     output = run("parked", "collect")
     assert "2 rejected messages" in output
     assert RejectedMessage.objects.count() == 2
-    assert transport.queue_counts()["dead"] == 0
+    assert transport.queue_counts(transport.queue_name())["dead"] == 0
 
 
 def test_staff_requeue_from_the_parked_desk_after_a_plan_and_view_only_staff_cannot(low_limit, client):

@@ -76,7 +76,7 @@ def test_an_entry_whose_worker_was_killed_is_claimed_by_another_and_makes_one_ti
     second.wait_for(f"Received {registration.code} redelivered=True", timeout=30)
     second.wait_for("Handler returned.")
     assert registration.tickets.count() == 1  # the completion key made the repeat harmless
-    assert transport.queue_counts()["unacked"] == 0
+    assert transport.queue_counts(transport.queue_name())["unacked"] == 0
 
 
 def test_an_entry_trimmed_before_it_was_handled_is_reported_and_reconcile_republishes_it(redis_server, workers):
@@ -136,7 +136,7 @@ def test_every_acknowledged_xadd_survives_a_kill_9(redis_server):
         "from delivery import transport\n"
         "for n in range(1_000_000):\n"
         "    try:\n"
-        "        transport.publish(b'{}', message_id=f'{sys.argv[1]}-{n}')\n"
+        "        transport.publish(b'{}', message_id=f'{sys.argv[1]}-{n}', queue=transport.queue_name())\n"
         "    except transport.BrokerError:\n"
         "        break\n"
         "    print(n, flush=True)\n"

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True), pytes
 
 
 def test_a_refused_publish_does_not_make_the_next_ones_skip_the_broker(rabbit, settings):
-    transport.queue_counts()  # declares the queue
+    transport.queue_counts(transport.queue_name())  # declares the queue
     # A real nack from the real broker: every publish to this queue overflows.
     policy = ["set_policy", "--apply-to", "queues", "refuse-all", f"^{settings.NIGHTJAR_QUEUE}$"]
     rabbit.ctl(*policy, '{"max-length": 1, "overflow": "reject-publish"}')
@@ -34,4 +34,4 @@ def test_a_refused_publish_does_not_make_the_next_ones_skip_the_broker(rabbit, s
     finally:
         rabbit.ctl("clear_policy", "refuse-all")
     publish_registration(Registration.objects.create(name="Next Guest"))  # no backoff in the way
-    assert transport.queue_counts()["ready"] == accepted + 1
+    assert transport.queue_counts(transport.queue_name())["ready"] == accepted + 1

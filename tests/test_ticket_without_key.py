@@ -47,14 +47,14 @@ def safe_worker_makes_no_second_ticket(workers, registration: Registration) -> N
     result = workers.run("--drain")
     assert result.returncode == 0, result.stdout + result.stderr
     assert registration.tickets.count() == 1, result.stdout
-    assert transport.queue_counts()["ready"] == 0
+    assert transport.queue_counts(transport.queue_name())["ready"] == 0
 
 
 def test_reconcile_does_not_publish_a_ticket_without_its_key(workers):
     registration = keyless_ticket(workers)
     output = run("reconcile", "--older-than", "0")
     assert registration.code not in output
-    assert transport.queue_counts()["ready"] == 0
+    assert transport.queue_counts(transport.queue_name())["ready"] == 0
     safe_worker_makes_no_second_ticket(workers, registration)
     assert pending_registrations().count() == 0
 

@@ -24,7 +24,7 @@ def take(consumer, count: int) -> list:
 
 
 def test_the_consumer_has_every_member_of_the_protocol():
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     try:
         assert isinstance(consumer, ConsumerProtocol)
         assert consumer.lost == []
@@ -35,7 +35,7 @@ def test_the_consumer_has_every_member_of_the_protocol():
 
 def test_a_delivery_comes_with_its_body_and_goes_once_acked():
     transport.publish_raw([b"first", b"second", b"third"])
-    consumer = transport.Consumer(prefetch=10)
+    consumer = transport.Consumer(prefetch=10, queue=transport.queue_name())
     try:
         first, second, third = take(consumer, 3)
         assert [d.body for d in (first, second, third)] == [b"first", b"second", b"third"]
@@ -44,7 +44,7 @@ def test_a_delivery_comes_with_its_body_and_goes_once_acked():
         consumer.ack_many([second.tag, third.tag])
     finally:
         consumer.close()
-    again = transport.Consumer()
+    again = transport.Consumer(queue=transport.queue_name())
     try:
         assert again.get() is None  # acked: the broker forgot all three
     finally:
@@ -53,7 +53,7 @@ def test_a_delivery_comes_with_its_body_and_goes_once_acked():
 
 def test_a_requeued_delivery_comes_again_redelivered():
     transport.publish_raw([b"handed back"])
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     try:
         (delivery,) = take(consumer, 1)
         consumer.requeue(delivery.tag)
@@ -66,10 +66,10 @@ def test_a_requeued_delivery_comes_again_redelivered():
 
 def test_what_is_not_acked_goes_back_when_the_consumer_closes():
     transport.publish_raw([b"left unacked"])
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=transport.queue_name())
     (delivery,) = take(consumer, 1)
     consumer.close()
-    other = transport.Consumer()
+    other = transport.Consumer(queue=transport.queue_name())
     try:
         (again,) = take(other, 1)
         assert (again.body, again.redelivered) == (b"left unacked", True)

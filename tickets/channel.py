@@ -3,7 +3,7 @@
 TicketsConfig.ready(); thin, every answer comes from the contract, the
 models or the services."""
 
-from delivery import channel
+from delivery import channel, conf
 from tickets import batch, contract, lab
 from tickets.models import (
     DeliveryFailure,
@@ -18,6 +18,12 @@ from tickets.services import parking, reconcile, staff, status
 
 
 class RegistrationsChannel(channel.Channel):
+    name = "registrations"
+
+    @property
+    def queue(self) -> str:
+        return conf.NIGHTJAR_QUEUE
+
     # The hot path: bound once, no extra call per delivery.
     decode = staticmethod(contract.decode)
     label = staticmethod(contract.format_code)

@@ -39,11 +39,13 @@ class Delivery(NamedTuple):
 
 
 def queue_name() -> str:
+    """NIGHTJAR_QUEUE: the tickets channel's queue, and the default of the tools below."""
     return conf.NIGHTJAR_QUEUE
 
 
-def dead_letter_queue_name() -> str:
-    return f"{conf.NIGHTJAR_QUEUE}.dead"
+def dead_letter_queue_name(queue: str | None = None) -> str:
+    """Where a queue's dead letters go (RabbitMQ's queue, Redis's stream, memory's list)."""
+    return f"{queue or conf.NIGHTJAR_QUEUE}.dead"
 
 
 # memory:// is the fast test tier's in-process stand-in (memory.py), never a deployment's.
@@ -104,9 +106,9 @@ class Backoff:
         self.seconds = self.START
 
 
-def publish(body: bytes, *, message_id: str) -> None:
-    """Publish durably, waiting at most NIGHTJAR_BROKER_TIMEOUT. Raises BrokerError."""
-    backend().publisher.publish(body, message_id=message_id)
+def publish(body: bytes, *, message_id: str, queue: str) -> None:
+    """Publish durably to queue, waiting at most NIGHTJAR_BROKER_TIMEOUT. Raises BrokerError."""
+    backend().publisher.publish(body, message_id=message_id, queue=queue)
 
 
 def reset() -> None:
@@ -114,15 +116,16 @@ def reset() -> None:
     backend().publisher.reset()
 
 
-def Consumer(*, prefetch: int = 1):  # noqa: N802 (a factory that reads as the class it returns)
-    """The worker's side. Besides get/consume/ack/ack_many/requeue/keepalive/
+def Consumer(*, prefetch: int = 1, queue: str):  # noqa: N802 (a factory that reads as the class it returns)
+    """The worker's side of one queue (and its dead-letter queue). Besides get/consume/ack/ack_many/requeue/keepalive/
     close, `lost` lists entries the broker dropped before they were handled
     (Redis: trimmed while pending); the worker records and empties it."""
-    return backend().Consumer(prefetch=prefetch)
+    return backend().Consumer(prefetch=prefetch, queue=queue)
 
 
-def queue_counts() -> dict:
-    return backend().queue_counts()
+def queue_counts(queue: str) -> dict:
+    """A queue's counts now: ready, unacked (+ unacked_error), consumers, dead, and per transport more."""
+    return backend().queue_counts(queue)
 
 
 def ping() -> None:
@@ -142,15 +145,16 @@ def masked_url(url: str | None = None) -> str:
     return ";".join(mask(one.strip()) for one in given.split(";") if one.strip())
 
 
-def purge_queues() -> None:
-    backend().purge_queues()
+# Tools (the lab's reset, verify_handler, tests): queue None is NIGHTJAR_QUEUE.
+def purge_queues(queue: str | None = None) -> None:
+    backend().purge_queues(queue)
 
 
-def delete_queues() -> None:
-    backend().delete_queues()
+def delete_queues(queue: str | None = None) -> None:
+    backend().delete_queues(queue)
 
 
-def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
+def publish_raw(bodies: list[bytes], *, dead: bool = False, queue: str | None = None) -> None:
     """Publish bodies exactly as given, without the contract: tests and
     diagnosis tools playing a client that is not Nightjar's."""
-    backend().publish_raw(bodies, dead=dead)
+    backend().publish_raw(bodies, dead=dead, queue=queue)

@@ -2,9 +2,10 @@
 and nowhere else (the benchmark's raw ceiling aside).
 
 Topology (declared idempotently by publisher and worker alike):
-- `<NIGHTJAR_QUEUE>`: a durable quorum queue. Its delivery limit makes
-  RabbitMQ dead-letter a message that keeps failing instead of looping forever.
-- `<NIGHTJAR_QUEUE>.dead`: where those messages end up, for a person to look at.
+- `<queue>` (each channel's, e.g. NIGHTJAR_QUEUE for tickets): a durable
+  quorum queue. Its delivery limit makes RabbitMQ dead-letter a message that
+  keeps failing instead of looping forever.
+- `<queue>.dead`: where those messages end up, for a person to look at.
 Messages go through the default exchange, persistent, with publisher confirms
 and mandatory=True, so "published" means "RabbitMQ has it on disk in a queue".
 """
@@ -145,10 +146,11 @@ def within(seconds: float, action: str, function, *args, **kwargs):
     return outcome.get("value")
 
 
-def declare(channel):
-    """Declare both queues; returns the (work, dead) declare-ok methods, which carry their counts."""
-    queue = queue_name()
-    dead = channel.queue_declare(dead_letter_queue_name(), durable=True, arguments={"x-queue-type": "quorum"})
+def declare(channel, queue: str | None = None):
+    """Declare a queue and its dead-letter queue (queue None: NIGHTJAR_QUEUE);
+    returns the (work, dead) declare-ok methods, which carry their counts."""
+    queue = queue or queue_name()
+    dead = channel.queue_declare(dead_letter_queue_name(queue), durable=True, arguments={"x-queue-type": "quorum"})
     work = channel.queue_declare(
         queue,
         durable=True,
@@ -156,7 +158,7 @@ def declare(channel):
             "x-queue-type": "quorum",
             "x-delivery-limit": conf.NIGHTJAR_DELIVERY_LIMIT,
             "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": dead_letter_queue_name(),
+            "x-dead-letter-routing-key": dead_letter_queue_name(queue),
         },
     )
     return work.method, dead.method
@@ -165,8 +167,9 @@ def declare(channel):
 class _Publication:
     """One publish handed to the publisher thread, and its outcome."""
 
-    def __init__(self, body: bytes, message_id: str, deadline: float) -> None:
+    def __init__(self, body: bytes, message_id: str, deadline: float, queue: str) -> None:
         self.body = body
+        self.queue = queue
         self.message_id = message_id
         self.deadline = deadline  # time.monotonic() when the caller stops waiting
         self.refusals = 0
@@ -214,12 +217,12 @@ class _PublisherThread(threading.Thread):
             attempt += 1
             try:
                 with translated_errors("publish"):
-                    channel = self.open()
+                    channel = self.open(job.queue)
                     if self.blocked:
                         raise BrokerError("RabbitMQ is blocking publishers (a resource alarm); left for reconcile.")
                     channel.basic_publish(
                         exchange="",
-                        routing_key=queue_name(),
+                        routing_key=job.queue,
                         body=job.body,
                         properties=pika.BasicProperties(
                             delivery_mode=pika.DeliveryMode.Persistent,
@@ -247,7 +250,7 @@ class _PublisherThread(threading.Thread):
                 if attempt == attempts or self.blocked:
                     raise
 
-    def open(self):
+    def open(self, queue: str):
         if self.connection is None or self.connection.is_closed:
             self.connection, _ = connect()
             self.blocked = False
@@ -260,9 +263,9 @@ class _PublisherThread(threading.Thread):
             # Services heartbeats, notices a connection the broker closed, and
             # runs the blocked/unblocked callbacks.
             self.connection.process_data_events(0)
-        if queue_name() not in self.declared and not self.blocked:
-            declare(self.channel)
-            self.declared.add(queue_name())
+        if queue not in self.declared and not self.blocked:
+            declare(self.channel, queue)
+            self.declared.add(queue)
         return self.channel
 
     def close(self) -> None:
@@ -285,8 +288,8 @@ class Publisher:
         self._current: _Publication | None = None
         self._backoff = Backoff()
 
-    def publish(self, body: bytes, *, message_id: str) -> None:
-        """Publish persistently and wait for the confirm. Raises BrokerError."""
+    def publish(self, body: bytes, *, message_id: str, queue: str) -> None:
+        """Publish persistently to queue and wait for the confirm. Raises BrokerError."""
         timeout = conf.NIGHTJAR_BROKER_TIMEOUT
         deadline = time.monotonic() + timeout
         if not self._lock.acquire(timeout=timeout):
@@ -296,7 +299,7 @@ class Publisher:
             if self._current is not None:
                 # The thread is still waiting on a publish an earlier caller gave up on.
                 raise BrokerError("RabbitMQ has not answered an earlier publish yet; this one is left for reconcile.")
-            job = self._current = _Publication(body, message_id, deadline)
+            job = self._current = _Publication(body, message_id, deadline, queue)
             if self._thread is None:
                 self._thread = _PublisherThread(self._finished)
                 self._thread.start()
@@ -338,11 +341,12 @@ class Consumer:
     """The worker's side: a connection, a channel, the topology, and basic
     get/consume/ack. Every method raises BrokerError, never a pika exception."""
 
-    def __init__(self, *, prefetch: int = 1) -> None:
+    def __init__(self, *, prefetch: int = 1, queue: str) -> None:
+        self.queue = queue
         with translated_errors("connect"):
             self._connection, self.node = connect()
             self._channel = self._connection.channel()
-            declare(self._channel)
+            declare(self._channel, queue)
             self._channel.basic_qos(prefetch_count=prefetch)
         # Deferred acks (flush=False): the highest tag acked but not yet sent,
         # and how many deliveries it covers. Sent as one multiple=True ack once
@@ -375,7 +379,7 @@ class Consumer:
     def get(self, *, dead: bool = False) -> Delivery | None:
         """Take one ready delivery (unacknowledged until ack), or None; from
         the dead-letter queue with dead=True."""
-        queue = dead_letter_queue_name() if dead else queue_name()
+        queue = dead_letter_queue_name(self.queue) if dead else self.queue
         with translated_errors("get"):
             method, properties, body = self._channel.basic_get(queue, auto_ack=False)
         return None if method is None else self._delivery(method, properties, body)
@@ -383,7 +387,7 @@ class Consumer:
     def consume(self, *, idle_seconds: float = 1.0) -> Iterator[Delivery | None]:
         """Yield deliveries as they arrive; None after idle_seconds without one."""
         with translated_errors("consume"):
-            for method, properties, body in self._channel.consume(queue_name(), inactivity_timeout=idle_seconds):
+            for method, properties, body in self._channel.consume(self.queue, inactivity_timeout=idle_seconds):
                 if method is None:
                     self.flush_acks()
                     yield None
@@ -486,8 +490,8 @@ def short_channel(action: str):
                 connection.close()
 
 
-def queue_counts() -> dict:
-    """Ready messages in the work and dead-letter queues, and consumers
+def queue_counts(queue: str) -> dict:
+    """Ready messages in the queue and its dead-letter queue, and consumers
     attached, as they are now (AMQP's declare-ok); unacknowledged deliveries
     as `unacknowledged()` can tell them; waits at most NIGHTJAR_BROKER_TIMEOUT
     (plus the management API's). From the management API, on a cluster: the
@@ -495,11 +499,11 @@ def queue_counts() -> dict:
 
     def count():
         with short_channel("queue status") as channel:
-            return declare(channel)
+            return declare(channel, queue)
 
     work, dead = within(conf.NIGHTJAR_BROKER_TIMEOUT, "queue status", count)
     counts = {"ready": work.message_count, "consumers": work.consumer_count, "dead": dead.message_count}
-    info, error = management_queue_info()
+    info, error = management_queue_info(queue)
     counts["unacked"], counts["unacked_error"], counts["unacked_lags"] = unacknowledged(counts, info, error)
     if info is not None and info.get("members"):
         counts["leader"] = info.get("leader", "")
@@ -538,8 +542,8 @@ class _NoRedirects(HTTPRedirectHandler):
 _MANAGEMENT_OPENER = build_opener(_NoRedirects)
 
 
-def management_queue_info() -> tuple[dict | None, str]:
-    """The work queue as the management API reports it (AMQP cannot tell how
+def management_queue_info(queue: str | None = None) -> tuple[dict | None, str]:
+    """The work queue (None: NIGHTJAR_QUEUE) as the management API reports it (AMQP cannot tell how
     many deliveries are unacknowledged, nor where the replicas are). Tries
     each URL of RABBITMQ_MANAGEMENT_URL (`;`-separated on a cluster) within
     NIGHTJAR_BROKER_TIMEOUT each. Returns (data, "") or (None, why not)."""
@@ -547,7 +551,7 @@ def management_queue_info() -> tuple[dict | None, str]:
         return None, "RABBITMQ_MANAGEMENT_URL is not set"
     amqp = urlsplit(urls()[0])
     vhost = unquote(amqp.path[1:]) if len(amqp.path) > 1 else "/"
-    path = f"api/queues/{quote(vhost, safe='')}/{quote(queue_name(), safe='')}"
+    path = f"api/queues/{quote(vhost, safe='')}/{quote(queue or queue_name(), safe='')}"
     # Management credentials of their own when given (a monitoring user), else the AMQP ones.
     if conf.RABBITMQ_MANAGEMENT_USER:
         user, password = conf.RABBITMQ_MANAGEMENT_USER, conf.RABBITMQ_MANAGEMENT_PASSWORD
@@ -565,30 +569,31 @@ def management_queue_info() -> tuple[dict | None, str]:
     return None, f"management API unreachable: {'; '.join(errors)}"
 
 
-def purge_queues() -> None:
-    """Empty the work and dead-letter queues (the lab's reset)."""
+def purge_queues(queue: str | None = None) -> None:
+    """Empty a work queue (None: NIGHTJAR_QUEUE) and its dead-letter queue (the lab's reset)."""
+    queue = queue or queue_name()
     with short_channel("purge queues") as channel:
-        declare(channel)
-        channel.queue_purge(queue_name())
-        channel.queue_purge(dead_letter_queue_name())
+        declare(channel, queue)
+        channel.queue_purge(queue)
+        channel.queue_purge(dead_letter_queue_name(queue))
 
 
-def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
+def publish_raw(bodies: list[bytes], *, dead: bool = False, queue: str | None = None) -> None:
     """Publish bodies as given (no contract, no properties), with confirms."""
+    queue = queue or queue_name()
     with short_channel("publish") as channel:
-        declare(channel)
+        declare(channel, queue)
         channel.confirm_delivery()
         for body in bodies:
-            channel.basic_publish(
-                exchange="", routing_key=dead_letter_queue_name() if dead else queue_name(), body=body
-            )
+            channel.basic_publish(exchange="", routing_key=dead_letter_queue_name(queue) if dead else queue, body=body)
 
 
-def delete_queues() -> None:
-    """Delete the work and dead-letter queues (verify_handler's throwaway ones)."""
+def delete_queues(queue: str | None = None) -> None:
+    """Delete a work queue (None: NIGHTJAR_QUEUE) and its dead-letter queue (verify_handler's throwaway ones)."""
+    queue = queue or queue_name()
     with short_channel("delete queues") as channel:
-        channel.queue_delete(queue_name())
-        channel.queue_delete(dead_letter_queue_name())
+        channel.queue_delete(queue)
+        channel.queue_delete(dead_letter_queue_name(queue))
 
 
 def ping() -> None:

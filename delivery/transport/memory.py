@@ -17,7 +17,7 @@ import threading
 import time
 
 from delivery import conf
-from delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, queue_name
+from delivery.transport import Backoff, BrokerError, Delivery, queue_name
 
 _lock = threading.Condition()
 _tags = itertools.count(1)
@@ -41,13 +41,14 @@ def _check(action: str) -> None:
         raise BrokerError(f"The in-memory broker is down ({action}).")
 
 
-def _queue() -> _Queue:
-    return _queues[queue_name()]
+def _queue(name: str | None = None) -> _Queue:
+    """One entry per work queue; its dead letters (`<queue>.dead`) are its .dead."""
+    return _queues[name or queue_name()]
 
 
-def _put(body: bytes, message_id: str, *, dead: bool = False, attempts: int = 0) -> None:
+def _put(body: bytes, message_id: str, *, queue: str, dead: bool = False, attempts: int = 0) -> None:
     delivery = Delivery(body=body, tag=0, redelivered=False, message_id=message_id, attempts=attempts)
-    queue = _queue()
+    queue = _queue(queue)
     (queue.dead if dead else queue.ready).append(delivery)
     _lock.notify_all()
 
@@ -56,7 +57,7 @@ class Publisher:
     def __init__(self) -> None:
         self._backoff = Backoff()
 
-    def publish(self, body: bytes, *, message_id: str) -> None:
+    def publish(self, body: bytes, *, message_id: str, queue: str) -> None:
         self._backoff.check()
         with _lock:
             try:
@@ -64,7 +65,7 @@ class Publisher:
             except BrokerError:
                 self._backoff.failed()
                 raise
-            _put(body, message_id)
+            _put(body, message_id, queue=queue)
         self._backoff.succeeded()
 
     def reset(self) -> None:
@@ -79,12 +80,13 @@ class Consumer:
 
     node = "memory"
 
-    def __init__(self, *, prefetch: int = 1) -> None:
+    def __init__(self, *, prefetch: int = 1, queue: str) -> None:
         with _lock:
             _check("connect")
             self.prefetch = prefetch
+            self.queue = queue
             self.lost: list[str] = []  # nothing is ever trimmed here
-            self._queue = _queue()
+            self._queue = _queue(queue)
             self._queue.consumers += 1
             self._closed = False
 
@@ -164,10 +166,10 @@ class Consumer:
             self._queue.consumers -= 1
 
 
-def queue_counts() -> dict:
+def queue_counts(queue: str) -> dict:
     with _lock:
         _check("queue status")
-        queue = _queue()
+        queue = _queue(queue)
         return {
             "ready": len(queue.ready),
             "unacked": len(queue.unacked),
@@ -182,25 +184,24 @@ def ping() -> None:
         _check("health check")
 
 
-def purge_queues() -> None:
+def purge_queues(queue: str | None = None) -> None:
     with _lock:
         _check("purge")
-        queue = _queue()
+        queue = _queue(queue)
         queue.ready.clear()
         queue.dead.clear()
 
 
-def delete_queues() -> None:
+def delete_queues(queue: str | None = None) -> None:
     with _lock:
-        _queues.pop(queue_name(), None)
-        _queues.pop(dead_letter_queue_name(), None)
+        _queues.pop(queue or queue_name(), None)
 
 
-def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
+def publish_raw(bodies: list[bytes], *, dead: bool = False, queue: str | None = None) -> None:
     with _lock:
         _check("publish")
         for body in bodies:
-            _put(body, "", dead=dead)
+            _put(body, "", queue=queue or queue_name(), dead=dead)
 
 
 def forget() -> None:

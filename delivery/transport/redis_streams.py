@@ -5,7 +5,7 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
 - Published means durable: XADD's reply comes after the AOF fsync, because
   the server must run with `appendonly yes` and `appendfsync always`
   (system check nightjar.E003). Redis 7.0 has no WAITAOF.
-- The stream is `<NIGHTJAR_QUEUE>`, the consumer group `nightjar`; an entry
+- The stream is the channel's queue (tickets: `<NIGHTJAR_QUEUE>`), the consumer group `nightjar`; an entry
   read by a consumer stays in the group's pending list until XACK, which the
   worker sends only after its commit (one XACK for a batch).
 - Redelivery: a consumer first reads its own pending entries (XREADGROUP with
@@ -57,10 +57,10 @@ def client(*, socket_timeout: float | None = None, client_name: str | None = Non
     )
 
 
-def worker_client_name() -> str:
+def worker_client_name(queue: str) -> str:
     """The name (CLIENT SETNAME) of every worker connection to this queue:
     status counts the connections open now, as RabbitMQ counts consumers."""
-    return "nightjar-worker:" + "".join(c if c > " " else "_" for c in queue_name())
+    return "nightjar-worker:" + "".join(c if c > " " else "_" for c in queue)
 
 
 def translated(action: str, error: Exception) -> BrokerError:
@@ -68,11 +68,11 @@ def translated(action: str, error: Exception) -> BrokerError:
     return BrokerError(f"Redis at {masked_url()} is unavailable ({action}): {detail}")
 
 
-def ensure_group(connection: redis.Redis) -> None:
+def ensure_group(connection: redis.Redis, queue: str) -> None:
     """The stream and its consumer group, made idempotently by both sides.
     From id 0: entries published before the group existed are not skipped."""
     try:
-        connection.xgroup_create(queue_name(), GROUP, id="0", mkstream=True)
+        connection.xgroup_create(queue, GROUP, id="0", mkstream=True)
     except redis.exceptions.ResponseError as error:
         if "BUSYGROUP" not in str(error):
             raise
@@ -84,18 +84,18 @@ class Publisher:
     def __init__(self) -> None:
         self._client: redis.Redis | None = None
         self._backoff = Backoff()
-        self._group_for: str | None = None
+        self._groups: set[str] = set()  # the queues whose group this client made sure of
 
-    def publish(self, body: bytes, *, message_id: str) -> None:
+    def publish(self, body: bytes, *, message_id: str, queue: str) -> None:
         self._backoff.check()
         try:
             if self._client is None:
                 self._client = client()
-            if self._group_for != queue_name():
-                ensure_group(self._client)
-                self._group_for = queue_name()
+            if queue not in self._groups:
+                ensure_group(self._client, queue)
+                self._groups.add(queue)
             self._client.xadd(
-                queue_name(),
+                queue,
                 {"body": body, "message_id": message_id},
                 maxlen=conf.NIGHTJAR_STREAM_MAXLEN,
                 approximate=True,
@@ -107,7 +107,7 @@ class Publisher:
         self._backoff.succeeded()
 
     def reset_connection(self) -> None:
-        connection, self._client, self._group_for = self._client, None, None
+        connection, self._client, self._groups = self._client, None, set()
         if connection is not None:
             connection.close()
 
@@ -128,11 +128,12 @@ class Consumer:
     """The worker's side of the stream. Every method raises BrokerError, never
     a redis-py exception."""
 
-    def __init__(self, *, prefetch: int = 1) -> None:
+    def __init__(self, *, prefetch: int = 1, queue: str) -> None:
+        self.queue, self.dead = queue, dead_letter_queue_name(queue)
         self.prefetch = prefetch
         self.name = consumer_name()
         # Blocking reads wait up to a few seconds: the socket must outwait them.
-        self._client = client(socket_timeout=conf.NIGHTJAR_BROKER_TIMEOUT + 10, client_name=worker_client_name())
+        self._client = client(socket_timeout=conf.NIGHTJAR_BROKER_TIMEOUT + 10, client_name=worker_client_name(queue))
         where = self._client.connection_pool.connection_kwargs
         self.node = f"{where.get('host', where.get('path', ''))}:{where.get('port', '')}".rstrip(":")
         self._read_own_pending = True  # at start, and after a hand-back
@@ -149,7 +150,7 @@ class Consumer:
         # in a crash only means a redelivery, which the completion key absorbs.
         self._deferred: list[str] = []
         try:
-            ensure_group(self._client)
+            ensure_group(self._client, self.queue)
         except redis.exceptions.RedisError as error:
             raise translated("connect", error) from None
 
@@ -177,7 +178,7 @@ class Consumer:
         try:
             if self._read_own_pending:
                 self.flush_acks()  # first: a read of our own pending list must not see what is done
-                entries = self._client.xreadgroup(GROUP, self.name, {queue_name(): "0"}, count=count)
+                entries = self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=count)
                 own = self._deliveries(entries, redelivered=True)
                 if own:
                     return own
@@ -190,8 +191,8 @@ class Consumer:
             # The deferred acks go out in the same round trip, ahead of the read.
             pipe = self._client.pipeline(transaction=False)
             if self._deferred:
-                pipe.xack(queue_name(), GROUP, *self._deferred)
-            pipe.xreadgroup(GROUP, self.name, {queue_name(): ">"}, count=count, block=block_ms)
+                pipe.xack(self.queue, GROUP, *self._deferred)
+            pipe.xreadgroup(GROUP, self.name, {self.queue: ">"}, count=count, block=block_ms)
             entries = pipe.execute()[-1]
             self._deferred = []
             return self._deliveries(entries, redelivered=False)
@@ -204,13 +205,13 @@ class Consumer:
         cursor, claimed = "0-0", []
         while len(claimed) < count:
             cursor, entries, deleted = self._client.xautoclaim(
-                queue_name(), GROUP, self.name, min_idle_time=idle_ms, start_id=cursor, count=count - len(claimed)
+                self.queue, GROUP, self.name, min_idle_time=idle_ms, start_id=cursor, count=count - len(claimed)
             )
             self._note_trimmed(deleted)
             claimed += entries
             if cursor in (b"0-0", "0-0"):
                 break
-        return self._deliveries([[queue_name(), claimed]], redelivered=True) if claimed else []
+        return self._deliveries([[self.queue, claimed]], redelivered=True) if claimed else []
 
     def _deliveries(self, reply, *, redelivered: bool) -> list[Delivery]:
         entries = [entry for _, stream_entries in (reply or []) for entry in stream_entries]
@@ -220,7 +221,7 @@ class Consumer:
             tag = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             if fields is None:  # trimmed while it was pending: the body is gone
                 self._note_trimmed([tag])
-                self._client.xack(queue_name(), GROUP, tag)
+                self._client.xack(self.queue, GROUP, tag)
                 continue
             times = counts.get(tag, 1)
             if times > conf.NIGHTJAR_DELIVERY_LIMIT + 1:
@@ -243,7 +244,7 @@ class Consumer:
             return {}
         first, last = entries[0][0], entries[-1][0]
         rows = self._client.xpending_range(
-            queue_name(), GROUP, min=first, max=last, count=len(entries) + 10_000, consumername=self.name
+            self.queue, GROUP, min=first, max=last, count=len(entries) + 10_000, consumername=self.name
         )
         return {
             (row["message_id"].decode() if isinstance(row["message_id"], bytes) else row["message_id"]): row[
@@ -256,11 +257,11 @@ class Consumer:
         # XADD to the dead stream first, then XACK: a crash in between leaves
         # a copy in both, never in neither.
         self._client.xadd(
-            dead_letter_queue_name(),
+            self.dead,
             {**fields, b"reason": b"delivery_limit", b"attempts": str(times).encode(), b"entry": tag.encode()},
         )
-        self._client.xack(queue_name(), GROUP, tag)
-        logger.warning("Entry %s was delivered %d times; moved to %s", tag, times, dead_letter_queue_name())
+        self._client.xack(self.queue, GROUP, tag)
+        logger.warning("Entry %s was delivered %d times; moved to %s", tag, times, self.dead)
 
     def _note_trimmed(self, ids) -> None:
         for entry_id in ids:
@@ -269,12 +270,12 @@ class Consumer:
             logger.warning(
                 "Entry %s of %s was trimmed before it was handled; reconcile republishes its registration",
                 tag,
-                queue_name(),
+                self.queue,
             )
 
     def _get_dead(self) -> Delivery | None:
         try:
-            entries = self._client.xrange(dead_letter_queue_name(), count=1)
+            entries = self._client.xrange(self.dead, count=1)
         except redis.exceptions.RedisError as error:
             raise translated("get", error) from None
         if not entries:
@@ -304,9 +305,9 @@ class Consumer:
         live, self._deferred = self._deferred + live, []
         try:
             if live:
-                self._client.xack(queue_name(), GROUP, *live)
+                self._client.xack(self.queue, GROUP, *live)
             if dead:
-                self._client.xdel(dead_letter_queue_name(), *dead)
+                self._client.xdel(self.dead, *dead)
         except redis.exceptions.RedisError as error:
             raise translated("ack", error) from None
 
@@ -344,31 +345,31 @@ def short_call(action: str, function):
         raise translated(action, error) from None
 
 
-def queue_counts() -> dict:
+def queue_counts(queue: str) -> dict:
     """Stream length, entries not yet read by the group, pending (per consumer), consumers, dead.
     All as they are now: pending entries stay pending (unacknowledged) after
     their worker is gone, until a worker claims them."""
 
     def count(connection: redis.Redis) -> dict:
-        ensure_group(connection)
-        group = next(g for g in connection.xinfo_groups(queue_name()) if g["name"] in (GROUP, GROUP.encode()))
-        consumers = connection.xinfo_consumers(queue_name(), GROUP)
+        ensure_group(connection, queue)
+        group = next(g for g in connection.xinfo_groups(queue) if g["name"] in (GROUP, GROUP.encode()))
+        consumers = connection.xinfo_consumers(queue, GROUP)
         return {
             "ready": group.get("lag") or 0,
             "unacked": group["pending"],
             "unacked_error": "",
-            "consumers": attached_workers(connection, consumers),
+            "consumers": attached_workers(connection, consumers, queue),
             "pending_per_consumer": {
                 (c["name"].decode() if isinstance(c["name"], bytes) else c["name"]): c["pending"] for c in consumers
             },
-            "dead": connection.xlen(dead_letter_queue_name()),
-            "length": connection.xlen(queue_name()),
+            "dead": connection.xlen(dead_letter_queue_name(queue)),
+            "length": connection.xlen(queue),
         }
 
     return short_call("queue status", count)
 
 
-def attached_workers(connection: redis.Redis, consumers: list[dict]) -> int:
+def attached_workers(connection: redis.Redis, consumers: list[dict], queue: str) -> int:
     """Like RabbitMQ's count, the worker connections open now (the group
     remembers consumers long gone, and a Ctrl+C'd one looks recent for a
     while). Where CLIENT LIST is refused (an ACL without @admin): the group's
@@ -378,7 +379,7 @@ def attached_workers(connection: redis.Redis, consumers: list[dict]) -> int:
         clients = connection.client_list()
     except redis.exceptions.ResponseError:
         return sum(1 for c in consumers if c["idle"] < ACTIVE_CONSUMER_MS)
-    return sum(1 for c in clients if c.get("name") == worker_client_name())
+    return sum(1 for c in clients if c.get("name") == worker_client_name(queue))
 
 
 def ping() -> None:
@@ -400,18 +401,21 @@ def durability_problems() -> list[str]:
     return short_call("configuration", read)
 
 
-def purge_queues() -> None:
-    short_call("purge", lambda connection: connection.delete(queue_name(), dead_letter_queue_name()))
+def purge_queues(queue: str | None = None) -> None:
+    queue = queue or queue_name()
+    short_call("purge", lambda connection: connection.delete(queue, dead_letter_queue_name(queue)))
 
 
-def delete_queues() -> None:
-    purge_queues()
+def delete_queues(queue: str | None = None) -> None:
+    purge_queues(queue)
 
 
-def publish_raw(bodies: list[bytes], *, dead: bool = False) -> None:
+def publish_raw(bodies: list[bytes], *, dead: bool = False, queue: str | None = None) -> None:
+    queue = queue or queue_name()
+
     def add(connection: redis.Redis) -> None:
-        ensure_group(connection)
+        ensure_group(connection, queue)
         for body in bodies:
-            connection.xadd(dead_letter_queue_name() if dead else queue_name(), {"body": body})
+            connection.xadd(dead_letter_queue_name(queue) if dead else queue, {"body": body})
 
     short_call("publish", add)

@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
-from delivery import transport
+from delivery import conf, transport
 from tickets import contract
 from tickets.models import Registration, Ticket
 from tickets.services.registrations import has_key, parked_without_ticket, pending_registrations
@@ -36,7 +36,7 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
         parked=parked_without_ticket().count(),
     )
     try:
-        report.dead_lettered = transport.queue_counts()["dead"]
+        report.dead_lettered = transport.queue_counts(conf.NIGHTJAR_QUEUE)["dead"]
     except transport.BrokerError as error:
         report.dead_lettered_error = str(error)
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))

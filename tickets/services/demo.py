@@ -4,7 +4,7 @@ reset back to it."""
 from django.core.management.color import no_style
 from django.db import connection, transaction
 
-from delivery import transport
+from delivery import conf, transport
 from tickets.models import (
     Completion,
     DeliveryFailure,
@@ -52,7 +52,7 @@ def reset_demo() -> int:
         others.delete()
         seed_demo()
         _restart_numbering([Registration, Ticket])
-    transport.purge_queues()
+    transport.purge_queues(conf.NIGHTJAR_QUEUE)
     return count
 
 

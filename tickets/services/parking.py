@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from delivery import recording, transport
+from delivery import conf, recording, transport
 from delivery.recording import record_rejection
 from tickets import contract
 from tickets.models import ParkedDelivery, Registration
@@ -50,7 +50,7 @@ def collect_dead_letters(*, limit: int = 1000) -> CollectReport:
     breaks the contract becomes a RejectedMessage; a registration that has its
     ticket by now needs nothing."""
     report = CollectReport()
-    consumer = transport.Consumer()
+    consumer = transport.Consumer(queue=conf.NIGHTJAR_QUEUE)
     try:
         for _ in range(limit):
             delivery = consumer.get(dead=True)

@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from delivery import channel, metrics, transport
+from delivery import channel, conf, metrics, transport
 from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration, Ticket
 from tickets.services.staff import record_staff_action
@@ -46,7 +46,7 @@ def publish_registration(registration: Registration) -> None:
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     # message_id tells publications apart in logs; dedup is by the body's ID.
     message_id = f"{registration.code}/{timezone.now().timestamp():.6f}"
-    transport.publish(body, message_id=message_id)
+    transport.publish(body, message_id=message_id, queue=conf.NIGHTJAR_QUEUE)
 
 
 def refuse_ticket_without_key(registration: Registration, what: str) -> None:

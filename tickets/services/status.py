@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connection
 from django.db.models import Count
 
-from delivery import transport
+from delivery import conf, transport
 from tickets import contract
 from tickets.models import ParkedDelivery, Registration, RejectedMessage, Ticket
 from tickets.services.registrations import has_key, has_ticket, is_parked, parked_without_ticket, pending_registrations
@@ -80,7 +80,7 @@ def delivery_status() -> DeliveryStatus:
     per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
     one_ticket = per_registration.filter(ticket_count=1)
     try:
-        queue, queue_error = transport.queue_counts(), ""
+        queue, queue_error = transport.queue_counts(conf.NIGHTJAR_QUEUE), ""
     except transport.BrokerError as error:
         queue, queue_error = None, str(error)
     return DeliveryStatus(
@@ -141,7 +141,7 @@ def desk_gauges() -> dict:
     registrations from the database, queue depth from the broker (None when
     it does not answer within its deadline)."""
     try:
-        queue = transport.queue_counts()
+        queue = transport.queue_counts(conf.NIGHTJAR_QUEUE)
     except transport.BrokerError:
         queue = None
     return {

@@ -11,6 +11,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
+        exits.add_channel_argument(parser)
         actions = parser.add_subparsers(dest="action", metavar="{list,collect,requeue,discard}")
         actions.add_parser("list", help="List parked deliveries waiting for staff (the default).")
         actions.add_parser("collect", help="Move the dead-letter queue into the database: record, then ack.")
@@ -20,7 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         action = options["action"] or "list"
-        user = channel.current()
+        user = exits.select_channel(options["channel"])
         with exits.exit_codes():
             if action == "collect":
                 self.collect()

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery import channel, exits
+from delivery import exits
 
 SHOWN = 50  # codes listed one per line; a backlog of thousands is summed up
 
@@ -20,12 +20,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--older-than", type=float, default=60, metavar="SECONDS", help="Grace period in seconds (default 60)."
         )
+        exits.add_channel_argument(parser)
 
     def handle(self, *args, **options):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
+        user = exits.select_channel(options["channel"])
         with exits.exit_codes():
-            user = channel.current()
             report = user.reconcile(
                 limit=options["limit"], older_than=options["older_than"], actor=user.actor("reconcile")
             )

@@ -30,6 +30,7 @@ class Command(BaseCommand):
                 f"lab/handler.py once `lab start` made it; else {channel.current().handler_help})."
             ),
         )
+        exits.add_channel_argument(parser)
         parser.add_argument(
             "--prefetch",
             type=int,
@@ -109,9 +110,9 @@ class Command(BaseCommand):
             raise CommandError("--metrics-port must be a port number (1-65535).", returncode=exits.USAGE)
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
+        user = exits.select_channel(options["channel"])
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
-            user = channel.current()
             handler = user.load_handler(options["handler"] or user.default_handler())
         except channel.HandlerError as error:
             raise CommandError(

@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class NightjarTasksConfig(AppConfig):
+    name = "nightjar_tasks"
+    label = "nightjar_tasks"
+    verbose_name = "Nightjar tasks"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from nightjar_tasks import channel, checks  # noqa: F401 (checks registers itself)
+
+        channel.register_channels()

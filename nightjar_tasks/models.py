@@ -1,0 +1,96 @@
+"""One row per enqueued task (TaskRecord: the TaskResult's id is its key),
+its completion key, and the engine's records (delivery/records.py) for the
+tasks channel, each in its own table with a foreign key to the task."""
+
+from django.db import models
+from django.utils import timezone
+
+from delivery import records
+from nightjar_tasks.compat import TaskResultStatus
+
+
+class TaskRecordQuerySet(models.QuerySet):
+    def unfinished(self):
+        return self.filter(status__in=[TaskResultStatus.READY, TaskResultStatus.RUNNING])
+
+
+class TaskRecord(models.Model):
+    """A task as enqueued, and what became of it. Written in the caller's
+    transaction; the worker marks it done in the same transaction as the
+    task's own writes."""
+
+    STATUSES = [(status.value, status.label) for status in TaskResultStatus]
+
+    task_path = models.CharField(max_length=300)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    queue_name = models.CharField(max_length=100, default="default")
+    backend = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    takes_context = models.BooleanField(default=False)
+    run_after = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=STATUSES, default=TaskResultStatus.READY, db_index=True)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    # When it was last handed to the broker (None: not yet, e.g. deferred or
+    # waiting for a retry); reconcile publishes READY rows by this.
+    published_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    return_value = models.JSONField(null=True, blank=True)
+    # [{"exception_class_path": ..., "traceback": ...}], one per failed attempt
+    errors = models.JSONField(default=list)
+    worker_ids = models.JSONField(default=list)
+    attempts = models.PositiveIntegerField(default=0)
+    # attempts when staff last requeued it: the retry limit counts from there.
+    requeued_at_attempt = models.PositiveIntegerField(default=0)
+    # False: the body ran outside the transaction that recorded it (at-least-once).
+    atomic = models.BooleanField(default=True)
+
+    objects = TaskRecordQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-enqueued_at", "-id"]
+        indexes = [models.Index(fields=["status", "published_at"], name="nightjar_task_due")]
+
+    def __str__(self) -> str:
+        return f"task {self.pk} {self.task_path} {self.status}"
+
+
+class TaskCompletion(models.Model):
+    """The completion key: inserted in the transaction that runs the task, so
+    a repeat of a done task finds it and runs nothing."""
+
+    task = models.OneToOneField(TaskRecord, primary_key=True, on_delete=models.CASCADE, related_name="completion")
+    completed = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} done {self.completed:%Y-%m-%d %H:%M:%S}"
+
+
+def _task_key(related_name: str, on_delete=models.SET_NULL):
+    return models.ForeignKey(TaskRecord, null=True, blank=True, on_delete=on_delete, related_name=related_name)
+
+
+class TaskRejectedMessage(records.AbstractRejectedMessage):
+    task = _task_key("rejected_messages")
+
+
+class TaskFailure(records.AbstractDeliveryFailure):
+    task = _task_key("delivery_failures")
+
+
+class TaskParked(records.AbstractParkedDelivery):
+    task = _task_key("parked_deliveries", models.CASCADE)
+
+    class Meta(records.AbstractParkedDelivery.Meta):
+        verbose_name = "parked task"
+        verbose_name_plural = "parked tasks"
+
+
+class TaskRedelivery(records.AbstractRedelivery):
+    task = _task_key("redeliveries")
+
+
+class TaskWorkerReport(records.AbstractWorkerReport):
+    """What a worker serving the tasks channel says about itself."""

@@ -1,0 +1,203 @@
+"""The tasks channel's handler: runs one task so that its database writes
+happen exactly once.
+
+In ONE transaction: insert the task's completion key (a repeat finds it and
+runs nothing), run the task body, mark the row SUCCESSFUL with its return
+value, times and worker id. Only after the commit, ack. Killed before or
+inside: nothing was written, the broker redelivers. Killed after the commit:
+the redelivery finds the key and only acks.
+
+A body that raises is rolled back; then the failure is recorded (traceback,
+worker id, attempts) and the task retried after its backoff (reconcile
+publishes it when due), or, at its limit, FAILED and parked for staff."""
+
+import os
+import socket
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from delivery.checkpoints import checkpoint
+from delivery.codec import storable_text
+from delivery.recording import record_rejection
+from nightjar_tasks import backend as backends
+from nightjar_tasks.compat import (
+    TaskContext,
+    TaskResultStatus,
+    get_exception_traceback,
+    get_module_path,
+    normalize_json,
+    task_finished,
+    task_started,
+)
+from nightjar_tasks.models import TaskCompletion, TaskFailure, TaskParked, TaskRecord
+
+SENDER = backends.NightjarBackend
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"  # as the engine names its worker
+
+
+def _call(task, result):
+    args, kwargs = result.args, result.kwargs
+    if task.takes_context:
+        return task.call(TaskContext(task_result=result), *args, **kwargs)
+    return task.call(*args, **kwargs)
+
+
+def _insert_key(task_id: int) -> bool:
+    """The completion key; False when it is there already. A concurrent insert
+    of the same key waits for the other transaction (the row is locked first)."""
+    TaskRecord.objects.select_for_update().filter(pk=task_id).values_list("pk").first()
+    _, created = TaskCompletion.objects.get_or_create(task_id=task_id)
+    return created
+
+
+def handle(message, ack, pause=None):
+    """message: a nightjar_tasks.messages.TaskMessage already checked against
+    its row; ack(): the delivery is done; pause: the checkpoints."""
+    record = TaskRecord.objects.get(pk=message.task_id)
+    if record.status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+        ack()  # a repeat of a done (or given-up) task: nothing runs
+        return
+    task = import_string(record.task_path)
+    started = timezone.now()
+    me = worker_id()
+    record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
+    record.started_at = record.started_at or started
+    record.worker_ids = [*record.worker_ids, me]
+    result = backends.to_result(record, task)
+    checkpoint(pause, "before-write")
+    try:
+        if record.atomic:
+            with transaction.atomic():
+                if not _insert_key(record.pk):
+                    done = False
+                else:
+                    task_started.send(SENDER, task_result=result)
+                    value = normalize_json(_call(task, result))
+                    checkpoint(pause, "inside-transaction")
+                    done = _mark_done(record, value, started)
+        else:
+            # Opted out: the body commits on its own; a crash before the mark repeats it.
+            if TaskCompletion.objects.filter(task_id=record.pk).exists():
+                done = False
+            else:
+                task_started.send(SENDER, task_result=result)
+                value = normalize_json(_call(task, result))
+                checkpoint(pause, "inside-transaction")
+                with transaction.atomic():
+                    done = _insert_key(record.pk) and _mark_done(record, value, started)
+    except Exception as error:
+        failed = _record_failure(record, error, started, me)
+        checkpoint(pause, "after-commit")
+        ack()
+        result = backends.to_result(failed, task)
+        task_finished.send(SENDER, task_result=result)  # inside the except: monitors see the traceback
+        return
+    checkpoint(pause, "after-commit")
+    ack()
+    if done:
+        task_finished.send(SENDER, task_result=backends.to_result(TaskRecord.objects.get(pk=record.pk), task))
+
+
+def _mark_done(record: TaskRecord, value, started) -> bool:
+    TaskRecord.objects.filter(pk=record.pk).update(
+        status=TaskResultStatus.SUCCESSFUL,
+        started_at=record.started_at,
+        last_attempted_at=started,
+        finished_at=timezone.now(),
+        return_value=value,
+        worker_ids=record.worker_ids,
+        attempts=F("attempts") + 1,
+    )
+    return True
+
+
+def _record_failure(record: TaskRecord, error: BaseException, started, me: str) -> TaskRecord:
+    """After the rollback: note the attempt; retry after the backoff, or at
+    the limit FAILED and parked (one transaction). Returns the row as stored."""
+    task = import_string(record.task_path)
+    options = backends.retry_options(task, record.backend)
+    entry = {"exception_class_path": get_module_path(type(error)), "traceback": get_exception_traceback(error)}
+    now = timezone.now()
+    with transaction.atomic():
+        row = TaskRecord.objects.select_for_update().get(pk=record.pk)
+        row.attempts += 1
+        row.errors = [*row.errors, entry]
+        row.worker_ids = [*row.worker_ids, me]
+        row.started_at = row.started_at or started
+        row.last_attempted_at = started
+        tries = row.attempts - row.requeued_at_attempt
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        TaskFailure.objects.create(
+            task=row,
+            worker=me[:100],
+            error=storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300],
+        )
+        if tries >= options["max_attempts"]:
+            row.status, row.finished_at = TaskResultStatus.FAILED, now
+            TaskParked.objects.create(
+                task=row,
+                reason=storable_text(
+                    f"{type(error).__name__}: {first_line} (worker {me}); failed {tries} times", max_bytes=1200
+                )[:300],
+                attempts=tries,
+                body_excerpt=storable_text(row.task_path, max_bytes=2048),
+                body_sha256="",
+            )
+        else:
+            row.status = TaskResultStatus.READY
+            row.run_after = now + timedelta(seconds=options["backoff"] * 2 ** (tries - 1))
+            row.published_at = None  # reconcile publishes it when due
+        row.save()
+    return row
+
+
+def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[int]:
+    """Batch mode (`worker --channel tasks --batch N`): the rejections recorded
+    and every task run in ONE transaction, each task in a savepoint of its own
+    (a failing one is rolled back alone and its failure recorded), then one
+    ack for the batch. Returns the ids done now. A task that opted out of the
+    shared transaction runs in its savepoint too here (the stronger promise)."""
+    records = TaskRecord.objects.in_bulk([message.task_id for message in messages])
+    me = worker_id()
+    done, finished = [], []
+    checkpoint(pause, "before-write")
+    with transaction.atomic():
+        for delivery, reason in rejections:
+            record_rejection(delivery=delivery, reason=reason)
+        for message in messages:
+            record = records[message.task_id]
+            if record.status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+                continue
+            task = import_string(record.task_path)
+            started = timezone.now()
+            record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
+            record.started_at = record.started_at or started
+            record.worker_ids = [*record.worker_ids, me]
+            result = backends.to_result(record, task)
+            try:
+                with transaction.atomic():  # the task's savepoint
+                    if not _insert_key(record.pk):
+                        continue
+                    task_started.send(SENDER, task_result=result)
+                    value = normalize_json(_call(task, result))
+                    _mark_done(record, value, started)
+            except Exception as error:
+                failed = _record_failure(record, error, started, me)
+                task_finished.send(SENDER, task_result=backends.to_result(failed, task))
+                continue
+            done.append(record.pk)
+            finished.append(task)
+        checkpoint(pause, "inside-transaction")
+    checkpoint(pause, "after-commit")
+    ack_all()
+    rows = TaskRecord.objects.in_bulk(done) if done else {}
+    for pk, task in zip(done, finished, strict=True):
+        task_finished.send(SENDER, task_result=backends.to_result(rows[pk], task))
+    return done

@@ -1,0 +1,36 @@
+"""Tasks the nightjar_tasks tests enqueue (no ticket code): each effect is a
+row of django.contrib.auth's Group, whose name is unique."""
+
+from django.contrib.auth.models import Group
+
+from nightjar_tasks import retry
+from nightjar_tasks.compat import task
+
+
+@task
+def insert_row(name: str) -> str:
+    Group.objects.create(name=name)
+    return name
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+@retry(max_attempts=2, backoff=0)
+def insert_when_fixed(name: str) -> str:
+    """Fails until a row named "fixed-<name>" exists, then inserts <name>."""
+    Group.objects.create(name=f"attempt-{name}")  # rolled back with the failure
+    if not Group.objects.filter(name=f"fixed-{name}").exists():
+        raise RuntimeError(f"{name} is not fixed yet")
+    Group.objects.create(name=name)
+    return name
+
+
+@task
+@retry(atomic=False)
+def insert_row_outside(name: str) -> str:
+    Group.objects.create(name=name)
+    return name

@@ -1,0 +1,131 @@
+"""The Django Tasks backend's promises, proven with the real broker (RabbitMQ,
+or Redis with NIGHTJAR_TEST_TRANSPORT=redis), on the test database (SQLite or
+PostgreSQL), with `manage.py worker --channel tasks` as a real process killed
+for real. The test tasks are tests/task_functions.py."""
+
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.utils import timezone
+
+from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.models import TaskRecord
+from tests import task_functions as tasks
+from tests.conftest import ROOT
+from tests.helpers import MODES
+
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+
+TASKS = ("--channel", "tasks")
+
+
+@pytest.fixture(autouse=True)
+def tasks_queue(settings):
+    settings.NIGHTJAR_TASKS_QUEUE = f"{settings.NIGHTJAR_QUEUE}.tasks"  # a queue of its own per test
+
+
+@pytest.fixture
+def worker_env(worker_env, settings):
+    return {**worker_env, "NIGHTJAR_TASKS_QUEUE": settings.NIGHTJAR_TASKS_QUEUE}
+
+
+def manage(env, *args) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "manage.py"), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+# What the task's own writes are once the worker died at each checkpoint.
+ROWS_AFTER_DEATH = {"before-write": 0, "inside-transaction": 0, "after-commit": 1}
+
+
+@MODES
+@pytest.mark.parametrize("checkpoint", list(ROWS_AFTER_DEATH))
+def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, mode, workers):
+    result = tasks.insert_row.enqueue("once")
+    worker = workers.start(*TASKS, *mode, "--pause", checkpoint)
+    worker.wait_for(f"Received task {result.id} redelivered=False")
+    worker.wait_for(f"Paused {checkpoint}.")
+    worker.signal(signal.SIGKILL)
+    status, _ = worker.finish()
+    assert status == -signal.SIGKILL
+    assert Group.objects.count() == ROWS_AFTER_DEATH[checkpoint]
+
+    rerun = workers.run(*TASKS, *mode)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"Received task {result.id} redelivered=True" in rerun.stdout
+    assert list(Group.objects.values_list("name", flat=True)) == ["once"]
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "once")
+    assert workers.run(*TASKS).stdout.strip() == "No ready registrations"  # acked: nothing is left
+
+
+def test_rolled_back_enqueue_runs_nothing_and_get_result_from_another_process(workers, worker_env):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.insert_row.enqueue("never")
+        raise RuntimeError("rolled back")
+    result = tasks.add.enqueue(2, 3)
+    ran = workers.run(*TASKS, "--drain")
+    assert ran.returncode == 0, ran.stderr
+    assert f"Received task {result.id}" in ran.stdout and ran.stdout.count("Received") == 1
+    assert Group.objects.count() == 0
+
+    read = manage(
+        worker_env,
+        "shell",
+        "--verbosity",
+        "0",
+        "-c",
+        f"from tests.task_functions import add; r = add.get_result({result.id!r}); print(r.status, r.return_value)",
+    )
+    assert read.stdout.split() == ["SUCCESSFUL", "5"], read.stderr
+
+
+def test_enqueue_with_the_broker_stopped_runs_after_it_returns(rabbit, workers, worker_env):
+    with rabbit.down():
+        result = tasks.insert_row.enqueue("later")  # returns: the row is stored, the publish failed
+    assert TaskRecord.objects.get().status == TaskResultStatus.READY
+    assert workers.run(*TASKS).stdout.strip() == "No ready registrations"
+    reconciled = manage(worker_env, "reconcile", *TASKS, "--older-than", "0")
+    assert reconciled.returncode == 0, reconciled.stderr
+    assert workers.run(*TASKS).returncode == 0
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert Group.objects.filter(name="later").count() == 1
+
+
+def test_a_failing_task_is_retried_failed_parked_requeued_and_then_succeeds(workers, worker_env):
+    result = tasks.insert_when_fixed.enqueue("late")  # max_attempts 2, backoff 0
+    assert workers.run(*TASKS).returncode == 0  # attempt 1 fails: recorded, acked, waits for its retry
+    assert manage(worker_env, "reconcile", *TASKS).returncode == 0  # due at once: published again
+    assert workers.run(*TASKS).returncode == 0  # attempt 2 fails: FAILED and parked
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 2 and len(result.errors) == 2
+    assert "RuntimeError: late is not fixed yet" in result.errors[-1].traceback
+    assert Group.objects.count() == 0  # each failed attempt rolled back
+    listed = manage(worker_env, "parked", *TASKS)
+    assert f"task {result.id}" in listed.stdout, listed.stdout + listed.stderr
+
+    Group.objects.create(name="fixed-late")
+    requeued = manage(worker_env, "parked", *TASKS, "requeue", result.id)
+    assert requeued.returncode == 0, requeued.stdout + requeued.stderr
+    assert workers.run(*TASKS).returncode == 0
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "late")
+    assert Group.objects.filter(name="late").count() == 1
+
+
+def test_run_after_waits_until_due(workers, worker_env):
+    result = tasks.insert_row.using(run_after=timezone.now() + timedelta(hours=1)).enqueue("deferred")
+    assert manage(worker_env, "reconcile", *TASKS, "--older-than", "0").returncode == 0
+    assert workers.run(*TASKS).stdout.strip() == "No ready registrations"  # not published: not due
+    TaskRecord.objects.update(run_after=timezone.now() - timedelta(seconds=1))
+    assert manage(worker_env, "reconcile", *TASKS).returncode == 0
+    assert workers.run(*TASKS).returncode == 0
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL

@@ -1,0 +1,224 @@
+"""The Django Tasks backend's pure parts on the in-memory transport, the
+worker loop in this process. Nothing here proves a delivery guarantee: each
+is proven with real brokers and killed worker processes in
+tests/test_tasks_broker.py."""
+
+import asyncio
+import io
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.db import transaction
+from django.utils import timezone
+
+from delivery import channel, transport
+from delivery.worker import Worker
+from nightjar_tasks import messages, publishing, runner
+from nightjar_tasks.backend import NightjarBackend
+from nightjar_tasks.compat import TaskResultDoesNotExist, TaskResultStatus, task_enqueued, task_finished, task_started
+from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord, TaskRejectedMessage
+from tests import task_functions as tasks
+
+pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def tasks_channel(settings):
+    settings.NIGHTJAR_TASKS_QUEUE = f"{settings.NIGHTJAR_QUEUE}.tasks"
+    chosen = channel.select("tasks")
+    yield chosen
+    channel.select(None)
+
+
+def ready(queue) -> int:
+    return transport.queue_counts(queue)["ready"]
+
+
+def drain(batch: int | None = None) -> str:
+    out = io.StringIO()
+    worker = Worker(handler=runner.handle, stdout=out, batch=batch)
+    worker.connect()
+    try:
+        worker.drain()
+    finally:
+        worker.close()
+    return out.getvalue()
+
+
+def reconcile():
+    return channel.current().reconcile(limit=100, older_than=60, actor="test")
+
+
+def test_enqueue_in_a_rolled_back_transaction_stores_and_publishes_nothing(tasks_channel):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.insert_row.enqueue("never")
+        raise RuntimeError("the caller changed its mind")
+    assert TaskRecord.objects.count() == 0
+    assert ready(tasks_channel.queue) == 0
+
+
+def test_enqueue_publishes_after_commit_and_the_worker_stores_the_result(tasks_channel):
+    with transaction.atomic():
+        result = tasks.insert_row.enqueue("one")
+        assert ready(tasks_channel.queue) == 0  # not before the commit
+    assert ready(tasks_channel.queue) == 1
+    assert result.status == TaskResultStatus.READY
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "one"
+    assert result.worker_ids and result.started_at and result.finished_at
+    assert list(Group.objects.values_list("name", flat=True)) == ["one"]
+
+    # A repeat of the done task (a republish) runs nothing and is acked.
+    publishing.publish(TaskRecord.objects.get())
+    drain()
+    assert Group.objects.count() == 1
+    assert ready(tasks_channel.queue) == 0
+    assert TaskRecord.objects.get().attempts == 1
+
+
+def test_get_result_reads_the_row_and_unknown_ids_do_not_exist():
+    result = tasks.add.enqueue(2, 3)
+    backend = tasks.add.get_backend()
+    assert isinstance(backend, NightjarBackend)
+    assert backend.get_result(result.id).status == TaskResultStatus.READY
+    drain()
+    assert tasks.add.get_result(result.id).return_value == 5
+    assert asyncio.run(backend.aget_result(result.id)).return_value == 5
+    for unknown in ("999999", "not-a-number"):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(unknown)
+
+
+def test_a_body_that_is_not_a_task_message_is_a_rejected_record(tasks_channel):
+    transport.publish_raw(
+        [b'{"task": "x"}', messages.encode(424242, "tests.task_functions.add")], queue=tasks_channel.queue
+    )
+    drain()
+    assert TaskRejectedMessage.objects.count() == 2
+    assert ready(tasks_channel.queue) == 0
+
+
+def test_a_failing_task_is_retried_then_failed_and_parked_then_requeued_by_staff(tasks_channel):
+    result = tasks.insert_when_fixed.enqueue("late")
+    drain()
+    row = TaskRecord.objects.get()
+    assert (row.status, row.attempts, row.published_at) == (TaskResultStatus.READY, 1, None)  # waits for its retry
+    assert reconcile().published == [f"task {row.pk}"]  # backoff 0: due at once
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == 2 and "is not fixed yet" in result.errors[-1].traceback
+    assert result.errors[-1].exception_class_path == "builtins.RuntimeError"
+    assert TaskFailure.objects.count() == 2
+    assert Group.objects.count() == 0  # every failed attempt rolled back
+    assert len(channel.current().parked_lines()) == 1
+    assert reconcile().published == []  # parked: reconcile leaves it alone
+
+    Group.objects.create(name="fixed-late")
+    channel.current().requeue_parked(code=result.id, actor="staff")
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "late"
+    assert TaskParked.objects.get().resolution == TaskParked.REQUEUED
+
+
+def test_run_after_is_not_published_until_due():
+    result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 1)
+    assert reconcile().published == []
+    drain()
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
+    TaskRecord.objects.update(run_after=timezone.now() - timedelta(seconds=1))
+    assert reconcile().published == [f"task {result.id}"]
+    drain()
+    assert tasks.add.get_result(result.id).return_value == 2
+
+
+def test_enqueue_returns_when_the_broker_refuses_and_reconcile_publishes_later(monkeypatch, tasks_channel):
+    def refuse(*args, **kwargs):
+        raise transport.BrokerError("the broker is down")
+
+    monkeypatch.setattr(transport, "publish", refuse)
+    result = tasks.add.enqueue(4, 4)
+    monkeypatch.undo()
+    assert ready(tasks_channel.queue) == 0
+    assert reconcile().published == []  # within the grace period
+    TaskRecord.objects.update(published_at=timezone.now() - timedelta(minutes=5))
+    assert reconcile().published == [f"task {result.id}"]
+    drain()
+    assert tasks.add.get_result(result.id).return_value == 8
+
+
+def test_the_three_signals_and_task_finished_inside_the_except():
+    seen = []
+
+    def note(signal_name):
+        def receiver(sender, task_result, **kwargs):
+            import sys
+
+            seen.append((signal_name, task_result.status, sys.exc_info()[0]))
+
+        return receiver
+
+    receivers = [(task_enqueued, note("enqueued")), (task_started, note("started")), (task_finished, note("finished"))]
+    for signal, receiver in receivers:
+        signal.connect(receiver)
+    try:
+        tasks.add.enqueue(1, 2)
+        drain()
+        tasks.insert_when_fixed.enqueue("never")
+        drain()
+    finally:
+        for signal, receiver in receivers:
+            signal.disconnect(receiver)
+    assert seen[:3] == [
+        ("enqueued", TaskResultStatus.READY, None),
+        ("started", TaskResultStatus.RUNNING, None),
+        ("finished", TaskResultStatus.SUCCESSFUL, None),
+    ]
+    assert seen[-1] == ("finished", TaskResultStatus.READY, RuntimeError)  # failed, to be retried
+
+
+def test_a_task_that_opts_out_says_so_in_its_row():
+    tasks.insert_row_outside.enqueue("outside")
+    drain()
+    assert TaskRecord.objects.get().atomic is False
+    assert Group.objects.filter(name="outside").count() == 1
+
+
+def test_the_backend_checks_its_options(settings):
+    backend = NightjarBackend("bad", {"OPTIONS": {"max_attempts": 0, "backoff": -1}, "QUEUES": ["no spaces"]})
+    assert [problem.id for problem in backend.check()] == [
+        "nightjar_tasks.E003",
+        "nightjar_tasks.E004",
+        "nightjar_tasks.E005",
+    ]
+    assert list(NightjarBackend("good", {}).check()) == []
+
+
+def test_prune_deletes_finished_results_older_than_the_days(capsys):
+    old = tasks.add.enqueue(1, 1)
+    drain()
+    tasks.add.enqueue(2, 2)
+    TaskRecord.objects.filter(pk=old.id).update(finished_at=timezone.now() - timedelta(days=40))
+    call_command("prune_tasks", "--days", "30")
+    assert list(TaskRecord.objects.values_list("status", flat=True)) == [TaskResultStatus.READY]
+    assert "Deleted 1" in capsys.readouterr().out
+
+
+def test_batch_mode_runs_each_task_in_its_own_savepoint(tasks_channel):
+    good = tasks.insert_row.enqueue("batched")
+    bad = tasks.insert_when_fixed.enqueue("broken")
+    publishing.publish(TaskRecord.objects.get(pk=good.id))  # a repeat in the same batch
+    transport.publish_raw([b"not json"], queue=tasks_channel.queue)
+    drain(batch=10)
+    good.refresh(), bad.refresh()
+    assert (good.status, good.return_value) == (TaskResultStatus.SUCCESSFUL, "batched")
+    assert (bad.status, bad.attempts) == (TaskResultStatus.READY, 1)  # rolled back alone, waits for its retry
+    assert list(Group.objects.values_list("name", flat=True)) == ["batched"]
+    assert TaskRejectedMessage.objects.count() == 1
+    assert ready(tasks_channel.queue) == 0
