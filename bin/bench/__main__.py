@@ -59,7 +59,7 @@ def _pairs(sections, options: Options) -> None:
 def _tasks(sections, options: Options) -> None:
     from bench import tasks
 
-    tasks.bench_tasks(300 if options.quick else 2000, options.quick)
+    tasks.bench_tasks(300 if options.quick else 1000, options.quick)
     if sections.connection.vendor == "sqlite":  # then the same on PostgreSQL, in the same run
         sections.on_postgres(["tasks"], options.quick)
 
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.environment(
                 DATABASE_URL=os.environ.get("NIGHTJAR_BENCH_DATABASE_URL") or f"sqlite:///{folder / 'bench.sqlite3'}",
                 NIGHTJAR_QUEUE=f"nightjar.bench-{uuid.uuid4().hex[:8]}",
+                NIGHTJAR_TASKS_QUEUE=f"nightjar.bench-tasks-{uuid.uuid4().hex[:8]}",
                 DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "nightjar.settings"),
                 NIGHTJAR_LOG_LEVEL="WARNING",
                 NIGHTJAR_LOG_FORMAT="plain",
@@ -190,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                     section.run(sections, options)
         finally:
             transport.delete_queues()
+            transport.delete_queues(os.environ["NIGHTJAR_TASKS_QUEUE"])
     Path(args.json).write_text(json.dumps(sections.RESULTS, indent=2))
     say(f"Figures written to {args.json}")
     return 0

@@ -80,16 +80,9 @@ def reset() -> None:
     """Empty every contender's tables."""
     tables = [ROW_TABLE, RAW_TASK_TABLE, "django_tasks_database_dbtaskresult"]
     if NIGHTJAR:
-        models = apps.get_app_config("nightjar_tasks").get_models()
-        # Who points at another first (the records at the task), then the rest.
-        tables += sorted(
-            (m._meta.db_table for m in models),
-            key=lambda table: (
-                not any(f.many_to_one for m in models if m._meta.db_table == table for f in m._meta.fields)
-            ),
-        )
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
+        tables += [model._meta.db_table for model in apps.get_app_config("nightjar_tasks").get_models()]
+    with connection.constraint_checks_disabled(), connection.cursor() as cursor:
+        if connection.vendor == "sqlite":  # every table emptied: no key is left dangling
             for table in tables:
                 cursor.execute(f"DELETE FROM {table}")
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
