@@ -26,6 +26,7 @@ from django.db.models import Max, Min
 from bench import stack
 from delivery import transport
 from delivery.transport import amqp
+from devtools import web
 from devtools.ports import free_port
 from tickets import contract
 from tickets.models import (
@@ -477,18 +478,18 @@ def start_gunicorn(port: int, broker_url: str) -> subprocess.Popen:
         "DJANGO_SECURE_COOKIES": "0",
         "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
     }
-    command = [PYTHON, "-m", "gunicorn", "nightjar.wsgi", "-c", str(ROOT / "gunicorn.conf.py")]
-    command += ["--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null"]
     log = FOLDER / f"gunicorn-{port}.log"
     with open(log, "w") as output:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=output)
-    deadline = time.monotonic() + 30
-    while subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}/"]).returncode:
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"gunicorn did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
+        try:
+            proc, _ = web.start_gunicorn(
+                env,
+                *("-c", str(ROOT / "gunicorn.conf.py"), "--access-logfile", "/dev/null"),
+                port=port,
+                ready_path="/",
+                stderr=output,
+            )
+        except web.GunicornDidNotStart:
+            raise RuntimeError(f"gunicorn did not start:\n{log.read_text()[-3000:]}") from None
     return proc
 
 
