@@ -19,10 +19,9 @@ exactly N tickets. Exit status 0 only then.
 """
 
 import argparse
-import http.cookiejar
+import json
 import os
 import random
-import re
 import secrets
 import shutil
 import signal
@@ -31,22 +30,16 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
-from tests import netns  # noqa: E402
-from tests.ports import free_cluster_port, free_port  # noqa: E402
-
-
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    def http_error_302(self, req, fp, code, msg, headers):
-        return fp
+from devtools import netns  # noqa: E402
+from devtools.guest import Guest  # noqa: E402
+from devtools.ports import free_cluster_port, free_port  # noqa: E402
+from devtools.web import start_gunicorn  # noqa: E402
 
 
 class Soak:
@@ -208,12 +201,12 @@ class Soak:
             self.restarts += 1
 
     def post_registrations(self, names: list[str]) -> None:
-        """One browser-like client: GET the form (cookie, token, key), POST it."""
-        jar = http.cookiejar.CookieJar()
+        """One browser-like client: GET the form (cookie, token, key), POST it,
+        then GET the registration page it was sent to."""
         # Redirects are followed by hand, and every response is closed at once:
         # gunicorn lingers up to 2 s on a connection whose client keeps it open.
-        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
         base = f"http://127.0.0.1:{self.web_port}"
+        guest = Guest(base, follow_redirects=False)
         # --rate: the four clients together post about that many per second.
         interval = 4 / self.args.rate if self.args.rate else 0.0
         for name in names:
@@ -221,24 +214,11 @@ class Soak:
                 time.sleep(interval)
             status: int | str
             try:
-                with opener.open(base + "/evening/", timeout=30) as response:
-                    page = response.read().decode()
-                token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-                key = re.search(r'name="submission_key" value="([^"]+)"', page).group(1)
-                data = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "submission_key": key, "name": name})
-                request = urllib.request.Request(base + "/evening/", data=data.encode(), headers={"Referer": base})
-                with opener.open(request, timeout=30) as response:
-                    response.read()
-                    location = response.headers.get("Location", "")
-                    status = response.status
-                if status != 302 or not location.startswith("/registrations/R-"):
+                status, _, _ = guest.register(name, timeout=30, headers={"Referer": base})
+                if status != 302 or not guest.location.startswith("/registrations/R-"):
                     status = f"{status} without a registration"
                 else:
-                    with opener.open(base + location, timeout=30) as response:  # the registration page
-                        response.read()
-                        status = response.status
-            except urllib.error.HTTPError as error:
-                status = error.code
+                    status, _ = guest.get(guest.location, timeout=30)  # the registration page
             except OSError as error:
                 status = type(error).__name__
             with self.lock:
@@ -246,9 +226,8 @@ class Soak:
                 self.posted += 1
 
     def totals(self) -> dict[str, int]:
-        line = self.manage("status", "--limit", "0").stdout
-        numbers = re.search(r"Registrations: (\d+)\s+pending: (\d+).*tickets: (\d+)", line)
-        return {"registrations": int(numbers[1]), "pending": int(numbers[2]), "tickets": int(numbers[3])}
+        """status's totals, read as data (`status --json`), not from its human lines."""
+        return json.loads(self.manage("status", "--json", "--limit", "0").stdout)["totals"]
 
     def run(self) -> int:
         self.started = time.monotonic()
@@ -271,15 +250,20 @@ class Soak:
         self.rabbit("start")
         self.manage("migrate", "--noinput")
         self.manage("collectstatic", "--noinput")  # DEBUG is off: pages need the hashed static files
-        web_command = [PYTHON, "-m", "gunicorn", "nightjar.wsgi", "-c", str(ROOT / "gunicorn.conf.py")]
-        web_command += ["--bind", f"127.0.0.1:{self.web_port}", "--workers", "3", "--access-logfile", "/dev/null"]
-        with open(self.folder / "gunicorn.log", "w") as web_log:
-            gunicorn = subprocess.Popen(web_command, cwd=ROOT, env=self.env, stdout=web_log, stderr=subprocess.STDOUT)
+        gunicorn = None
         try:
+            with open(self.folder / "gunicorn.log", "w") as web_log:
+                gunicorn, _ = start_gunicorn(
+                    self.env,
+                    *("-c", str(ROOT / "gunicorn.conf.py"), "--workers", "3", "--access-logfile", "/dev/null"),
+                    port=self.web_port,
+                    ready_path="/",
+                    stdout=web_log,
+                    stderr=subprocess.STDOUT,
+                    timeout=120,
+                )
             for index in range(len(self.workers)):
                 self.start_worker(index)
-            while subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{self.web_port}/"]).returncode:
-                time.sleep(0.2)
             chaos = threading.Thread(target=self.chaos, daemon=True)
             chaos.start()
             chaos_started = time.monotonic()

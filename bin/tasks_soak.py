@@ -39,10 +39,7 @@ DEMO = ROOT / "examples" / "tasks_demo"
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
-try:
-    from devtools.ports import free_port  # noqa: E402
-except ImportError:  # before issue 24's devtools/ (shared by bin/ and tests/) is merged: drop this then
-    from tests.ports import free_port  # noqa: E402
+from devtools.ports import free_port  # noqa: E402
 
 # How each backend's worker runs as a service, each its own process.
 WORKERS = {

@@ -10,8 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+from devtools.ports import free_port
 from tests.conftest import ROOT
-from tests.ports import free_port
 
 
 def copy_checkout(target: Path) -> Path:

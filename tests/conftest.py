@@ -18,18 +18,13 @@ makes is proven against the real broker — the in-memory transport proves none.
 """
 
 import contextlib
-import http.cookiejar
 import os
 import queue
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,8 +35,8 @@ from django.db import connection
 
 from delivery import transport
 from delivery.transport import memory
-from tests.helpers import submission_key
-from tests.ports import free_port
+from devtools import web
+from devtools.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -382,25 +377,13 @@ class Process:
 
 
 def start_gunicorn(env: dict[str, str], *args: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
-    """gunicorn (these arguments) on a free loopback port; returns it and its
-    URL once it answers, or fails the test with gunicorn's own words."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "nightjar.wsgi", *args, "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while subprocess.run(["curl", "-sf", "-o", "/dev/null", url + "/healthz/live"]).returncode != 0:
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            pytest.fail(f"gunicorn did not answer within 30 s: {server.communicate()[1]}")
-        time.sleep(0.2)
-    return server, url
+    """gunicorn (these arguments) on a free loopback port (devtools.web);
+    returns it and its URL once it answers, or fails the test with
+    gunicorn's own words."""
+    try:
+        return web.start_gunicorn(env, *args, stdout=stdout)
+    except web.GunicornDidNotStart as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture
@@ -411,37 +394,6 @@ def site(worker_env):
     yield url
     server.terminate()
     server.wait(timeout=30)
-
-
-class Guest:
-    """A browser without a browser: keeps cookies, fills in the evening form."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-
-    def get(self, path: str, timeout: float = 60) -> tuple[int, str]:
-        try:
-            with self.opener.open(self.url + path, timeout=timeout) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def register(self, name: str, timeout: float = 60) -> tuple[int, str, float]:
-        """POST the form (and follow the redirect): status, page, seconds the POST took."""
-        _, form = self.get("/evening/")
-        fields = {
-            "csrfmiddlewaretoken": re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1),
-            "submission_key": submission_key(form),
-            "name": name,
-        }
-        started = time.monotonic()
-        request = urllib.request.Request(self.url + "/evening/", data=urllib.parse.urlencode(fields).encode())
-        try:
-            with self.opener.open(request, timeout=timeout) as response:
-                return response.status, response.read().decode(), time.monotonic() - started
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode(), time.monotonic() - started
 
 
 @pytest.fixture

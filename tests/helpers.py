@@ -1,24 +1,18 @@
 """Set-up the test files share, written once: the per-delivery/batch
-parametrization, the form's submission key, the broken tickets table, and
+parametrization, the broken tickets table, and
 waiting for a condition. (Broker nodes, worker processes, gunicorn and the
 tiers live in tests/conftest.py.)"""
 
-import re
 import time
 
 import pytest
 from django.db import connection
 
+from devtools.guest import submission_key
+
 # The worker both ways: one delivery at a time, and batches of up to 10 (more
 # than any of these tests publishes at once, so one batch takes them all).
 MODES = pytest.mark.parametrize("mode", [(), ("--batch", "10")], ids=["per-delivery", "batch"])
-
-SUBMISSION_KEY = re.compile(r'name="submission_key" value="([^"]+)"')
-
-
-def submission_key(page: str) -> str:
-    """The hidden submission key of the evening form in this page."""
-    return SUBMISSION_KEY.search(page).group(1)
 
 
 def break_tickets_table() -> None:

@@ -24,10 +24,11 @@ from django.db import connection
 
 from delivery import transport
 from delivery.health import describe_replicas
-from tests import netns
-from tests.conftest import ROOT, Guest, Process, database_url
+from devtools import netns
+from devtools.guest import Guest
+from devtools.ports import free_cluster_port, free_port
+from tests.conftest import ROOT, Process, database_url
 from tests.helpers import until
-from tests.ports import free_cluster_port, free_port
 from tickets.models import Registration, Ticket
 from tickets.services.audit import audit_invariants
 from tickets.services.reconcile import reconcile_registrations
@@ -398,7 +399,7 @@ def test_with_quorum_lost_guests_still_get_their_page_and_everything_is_finished
 
 @pytest.fixture
 def partitioned(tmp_path, settings, worker_env):
-    """Three nodes, each in a network namespace of its own (tests/netns.py),
+    """Three nodes, each in a network namespace of its own (devtools/netns.py),
     plus a namespace "w" for one worker; torn down even when the test fails."""
     reason = netns.why_not()
     if reason:

@@ -1,6 +1,7 @@
 """status, retry and repair: staff commands over the services layer. None of
 them consumes or acks a delivery."""
 
+import json
 import signal
 import socket
 
@@ -124,6 +125,27 @@ def test_status_shows_each_state_totals_and_queue_depth(workers):
         in output
     )
     assert "Queue: 1 ready" in output
+    shown = json.loads(run("status", "--json"))  # the same, for scripts (bin/chaos_soak.py)
+    assert shown["version"] == 1
+    assert {row["code"]: row["state"] for row in shown["registrations"]} == {
+        issued.code: "ticket issued",
+        pending.code: "pending",
+        duplicated.code: "duplicate tickets",
+    }
+    assert shown["totals"] == {
+        "registrations": 3,
+        "pending": 1,
+        "issued": 1,
+        "ticket_without_its_key": 0,
+        "key_without_ticket": 0,
+        "duplicate_tickets": 1,
+        "tickets": 3,
+        "rejected_messages": 0,
+        "parked": 0,
+        "waiting_for_staff": 0,
+    }
+    assert shown["queue"]["ready"] == 1 and shown["queue_error"] == ""
+    assert isinstance(shown["workers"], list)
 
 
 @pytest.mark.broker
@@ -132,6 +154,10 @@ def test_status_reports_an_unreachable_broker_instead_of_failing(rabbit):
         output = run("status")
     assert f"Queue: unknown ({transport.name()} at" in output
     assert "guest:guest" not in output  # the password is masked
+    with rabbit.down():
+        shown = json.loads(run("status", "--json", "--limit", "0"))
+    assert shown["queue"] is None and shown["queue_error"].startswith(f"{transport.name()} at")
+    assert shown["registrations"] == [] and "guest:guest" not in json.dumps(shown)
 
 
 @pytest.mark.fast

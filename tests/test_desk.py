@@ -19,7 +19,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from delivery.worker import Worker
-from tests.conftest import Guest, free_port, start_gunicorn
+from devtools.guest import Guest
+from devtools.ports import free_port
+from tests.conftest import start_gunicorn
 from tests.helpers import until
 from tickets.handler import handle
 from tickets.models import Completion, DeliveryFailure, Redelivery, Registration, StaffAction, Ticket, WorkerReport

@@ -24,8 +24,9 @@ from django.db import DatabaseError, connection
 from django.test import Client
 
 from delivery.worker import Worker
+from devtools.guest import Guest
 from nightjar import keys
-from tests.conftest import ROOT, Guest, start_gunicorn
+from tests.conftest import ROOT, start_gunicorn
 from tickets import contract, views
 from tickets.handler import handle
 from tickets.models import Registration, Ticket

@@ -3,8 +3,10 @@ import runs, no broker needed): the engine (delivery/) imports none of the
 apps that use it; nothing imports the door, the desk or the classroom (the
 desk may, once it shows arrivals); the classroom uses tickets and the
 engine only; no two modules import each other, even around a loop (as
-tickets/lab.py and tickets/verify.py once did); each broker client library is
-imported in one transport module and nowhere else."""
+tickets/lab.py and tickets/verify.py once did); no app of the product imports
+devtools/ (the tools of tests/ and bin/), and devtools/ imports none of the
+product nor tests/; each broker client library is imported in one transport
+module and nowhere else."""
 
 import ast
 from pathlib import Path
@@ -14,18 +16,22 @@ import pytest
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks"]
+APPS = ["delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"]
+# The product: what is deployed. devtools/ (ports, namespaces, gunicorn, a
+# guest client for the tests and bin/) is none of it, and imports none of it.
+PRODUCT = {"delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks"}
 
 # app -> the top-level packages it must never import
 FORBIDDEN = {
-    "delivery": {"tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks"},
+    "delivery": {"tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"},
     # The engine's second user: Django and the engine only.
-    "nightjar_tasks": {"tickets", "door", "desk", "classroom", "nightjar"},
-    "tickets": {"door", "desk", "classroom"},
-    "door": {"desk", "classroom"},
-    "nightjar": {"door", "desk", "classroom"},
-    "desk": {"classroom"},
-    "classroom": {"desk", "door", "nightjar"},  # tickets and delivery only
+    "nightjar_tasks": {"tickets", "door", "desk", "classroom", "nightjar", "devtools"},
+    "tickets": {"door", "desk", "classroom", "devtools"},
+    "door": {"desk", "classroom", "devtools"},
+    "nightjar": {"door", "desk", "classroom", "devtools"},
+    "desk": {"classroom", "devtools"},
+    "classroom": {"desk", "door", "nightjar", "devtools"},  # tickets and delivery only
+    "devtools": PRODUCT | {"tests"},
 }
 # Imported by nobody outside themselves (settings and URLs name them as strings).
 IMPORTED_BY_NOBODY = {"desk", "classroom"}
@@ -144,6 +150,9 @@ def test_the_engine_is_read():
         ("classroom", "classroom/lab.py", "from door.services import arrivals\n"),
         ("delivery", "delivery/worker.py", "import pika\n"),
         ("tickets", "tickets/services/registrations.py", "from redis import Redis\n"),
+        ("tickets", "tickets/views.py", "from devtools.ports import free_port\n"),
+        ("devtools", "devtools/web.py", "from tickets.models import Ticket\n"),
+        ("devtools", "devtools/ports.py", "from tests.conftest import ROOT\n"),
     ],
 )
 def test_a_forbidden_import_is_found(app, path, source):

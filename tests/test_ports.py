@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from tests.ports import ephemeral_range, free_cluster_port, free_port, port_is_free
+from devtools.ports import ephemeral_range, free_cluster_port, free_port, port_is_free
 
 pytestmark = pytest.mark.fast
 

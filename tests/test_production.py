@@ -19,9 +19,9 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from delivery import transport
+from devtools.ports import free_port
 from nightjar.logs import JsonFormatter, MaskSecrets, mask
 from tests.conftest import ROOT
-from tests.ports import free_port
 from tickets.models import Completion, Registration, Ticket
 
 PRODUCTION_ENV = {

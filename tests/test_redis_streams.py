@@ -15,8 +15,8 @@ import time
 import pytest
 
 from delivery import transport
+from devtools.ports import free_port
 from tests.conftest import ROOT
-from tests.ports import free_port
 from tickets.models import DeliveryFailure, Registration
 from tickets.services.reconcile import reconcile_registrations
 from tickets.services.registrations import register_guest

@@ -15,7 +15,7 @@ from pypdf import PdfReader
 
 from delivery import transport
 from delivery.worker import Worker
-from tests.helpers import submission_key
+from devtools.guest import submission_key
 from tickets import contract
 from tickets.handler import handle
 from tickets.models import Completion, Registration, RejectedMessage, Ticket

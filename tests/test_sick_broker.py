@@ -14,8 +14,9 @@ import pytest
 
 from delivery import transport
 from delivery.transport import Backoff, amqp
-from tests.conftest import ROOT, Guest
-from tests.ports import free_port
+from devtools.guest import Guest
+from devtools.ports import free_port
+from tests.conftest import ROOT
 from tickets.models import Registration
 from tickets.services.reconcile import reconcile_registrations
 from tickets.services.registrations import publish_registration, register_guest

@@ -1,3 +1,5 @@
+import json
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -11,8 +13,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--limit", type=int, default=None, help="Show at most this many registrations.")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="The same as one JSON object, for scripts (its shape: this command's as_json docstring).",
+        )
 
     def handle(self, *args, **options):
+        if options["json"]:
+            self.stdout.write(json.dumps(as_json(options["limit"]), indent=2, default=str))
+            return
         for row in registration_states(limit=options["limit"]):
             self.stdout.write(f"{row.code}  {row.state:<33} tickets={row.tickets}  {row.name}")
         status = delivery_status()
@@ -51,3 +61,51 @@ class Command(BaseCommand):
                     f"  {worker.name}  {worker.state_now:<8} {worker.mode}  handled={worker.handled} "
                     f"failed={worker.failed}  last seen {worker.seen_seconds_ago} s ago"
                 )
+
+
+def as_json(limit: int | None) -> dict:
+    """status --json, shape version 1 (new keys may be added; none renamed):
+    {"version": 1,
+     "registrations": [{"code", "name", "state", "tickets"}...]   (at most --limit),
+     "totals": {"registrations", "pending", "issued", "ticket_without_its_key",
+                "key_without_ticket", "duplicate_tickets", "tickets", "rejected_messages",
+                "parked", "waiting_for_staff"},                     (integers, as the totals line)
+     "broker": "RabbitMQ at amqp://guest:***@...",                 (masked)
+     "queue": {"ready", "unacked", "consumers", "dead", ...} or null,  (the broker's counts;
+              Redis Streams adds "length" and "pending_per_consumer"; "unacked" may be null)
+     "queue_error": "" or why the queue is unknown,
+     "workers": [{"name", "state", "mode", "handled", "failed", "seen_seconds_ago"}...]}"""
+    status = delivery_status()
+    return {
+        "version": 1,
+        "registrations": [
+            {"code": row.code, "name": row.name, "state": row.state, "tickets": row.tickets}
+            for row in registration_states(limit=limit)
+        ],
+        "totals": {
+            "registrations": status.registrations,
+            "pending": status.pending,
+            "issued": status.issued,
+            "ticket_without_its_key": status.without_key,
+            "key_without_ticket": status.key_only,
+            "duplicate_tickets": status.duplicates,
+            "tickets": status.tickets,
+            "rejected_messages": status.rejected,
+            "parked": status.parked,
+            "waiting_for_staff": status.waiting_for_staff,
+        },
+        "broker": status.broker,
+        "queue": status.queue,
+        "queue_error": status.queue_error,
+        "workers": [
+            {
+                "name": worker.name,
+                "state": worker.state_now,
+                "mode": worker.mode,
+                "handled": worker.handled,
+                "failed": worker.failed,
+                "seen_seconds_ago": worker.seen_seconds_ago,
+            }
+            for worker in worker_reports()
+        ],
+    }

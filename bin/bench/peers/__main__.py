@@ -1,0 +1,38 @@
+"""`python -m bench.peers enqueue N [--celery]`: enqueue N trivial tasks
+with this process's backend (Django's TASKS, or Celery with --celery), one
+call each outside any transaction, as an application would; prints
+{"seconds": ...} (the N calls, not the start-up) as JSON."""
+
+import argparse
+import json
+import sys
+import time
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers")
+    parser.add_argument("action", choices=["enqueue"])
+    parser.add_argument("n", type=int)
+    parser.add_argument("--celery", action="store_true")
+    args = parser.parse_args()
+    if args.celery:
+        from bench.peers.celery_app import write_row
+
+        call = write_row.delay
+    else:
+        import django
+
+        django.setup()
+        from bench.peers.tasks import write_row
+
+        call = write_row.enqueue
+    call(-1)  # the first call opens the connections: not the steady state
+    started = time.perf_counter()
+    for i in range(args.n):
+        call(i)
+    print(json.dumps({"seconds": time.perf_counter() - started}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
