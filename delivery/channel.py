@@ -52,6 +52,7 @@ class Channel:
     """Override every method; each docstring is the promise the engine relies on."""
 
     name = ""  # unique among the registered channels ("registrations")
+    intents = "intents"  # what people call its intents, in the plural (the worker's "No ready registrations")
 
     @property
     def queue(self) -> str:

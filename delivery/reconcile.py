@@ -125,7 +125,7 @@ def _collect_one(user: Channel, delivery: transport.Delivery, report: CollectRep
         user.check_stored(message, user.stored([key]).get(key, (None,))[0])
     except ContractError as error:
         with transaction.atomic():
-            recording.record_rejection(delivery=delivery, reason=str(error))
+            recording.record_rejection(delivery=delivery, reason=str(error), user=user)
         report.rejected += 1
         return None
     if user.settled(key):
@@ -138,14 +138,16 @@ def _collect_one(user: Channel, delivery: transport.Delivery, report: CollectRep
     with transaction.atomic():
         if failure is None and automatic < AUTOMATIC_REQUEUES:
             reason = f"returned {delivery.attempts} times without a recorded failure (interrupted or restarted workers)"
-            recording.park(intent, delivery, reason, resolution=user.parked_model.REQUEUED, resolved_by=SYSTEM_ACTOR)
+            recording.park(
+                intent, delivery, reason, resolution=user.parked_model.REQUEUED, resolved_by=SYSTEM_ACTOR, user=user
+            )
             report.requeued.append(user.label(key))
             return intent
         if failure is not None:
             reason = f"{failure.error} (worker {failure.worker}, {failure.at:%Y-%m-%d %H:%M:%S})"
         else:
             reason = f"returned {delivery.attempts} times again without a recorded failure: did the worker die on it?"
-        recording.park(intent, delivery, reason)
+        recording.park(intent, delivery, reason, user=user)
         report.parked.append(user.label(key))
     return None
 

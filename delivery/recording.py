@@ -3,7 +3,10 @@ failed attempts, redeliveries, entries the broker lost, and its own report.
 Into the user's concrete record models (delivery/records.py, named by the
 channel), each row linked to its intent when the body names one that exists.
 Only a rejection is part of a delivery's outcome (recorded, then acked); the
-rest is best effort: a worker never stops because a note could not be written."""
+rest is best effort: a worker never stops because a note could not be written.
+Each function takes the channel whose records it writes (`user=`; the
+process's current() one when not given): a process that serves several
+channels (the web, reconcile) names the one it means."""
 
 import hashlib
 import logging
@@ -24,12 +27,12 @@ def _intent(user: channel.Channel, intent_id: int | None):
     return user.intent_model.objects.filter(pk=intent_id).first() if intent_id else None
 
 
-def record_rejection(*, delivery: Delivery, reason: str):
+def record_rejection(*, delivery: Delivery, reason: str, user: channel.Channel | None = None):
     """Record a delivery that broke the contract. Total: whatever the bytes,
     the row is storable (excerpt and message id escaped, size and hash of the
     raw body kept). A redelivery of a body that is already recorded is not
     recorded again (returns None)."""
-    user = channel.current()
+    user = user or channel.current()
     rejected = user.rejected_model
     digest = hashlib.sha256(delivery.body).hexdigest()
     if delivery.redelivered and rejected.objects.filter(body_sha256=digest).exists():
@@ -45,9 +48,11 @@ def record_rejection(*, delivery: Delivery, reason: str):
     )
 
 
-def record_failure(*, delivery: Delivery, error: BaseException, worker: str) -> None:
+def record_failure(
+    *, delivery: Delivery, error: BaseException, worker: str, user: channel.Channel | None = None
+) -> None:
     """Note a failed attempt (best effort: the database may be what failed)."""
-    user = channel.current()
+    user = user or channel.current()
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     try:
         with transaction.atomic():
@@ -60,12 +65,12 @@ def record_failure(*, delivery: Delivery, error: BaseException, worker: str) -> 
         logger.warning("Could not record the failed attempt (the database may be what failed)", exc_info=True)
 
 
-def record_lost_entry(*, entry: str, worker: str) -> None:
+def record_lost_entry(*, entry: str, worker: str, user: channel.Channel | None = None) -> None:
     """A delivery the broker dropped before it was handled (a Redis entry
     trimmed while pending): its body is gone, so which intent it was is
     unknown; reconcile republishes whatever is pending. Staff see it with
     the failed attempts (best effort, like them)."""
-    user = channel.current()
+    user = user or channel.current()
     try:
         user.failure_model.objects.create(
             worker=worker[:100],
@@ -76,12 +81,14 @@ def record_lost_entry(*, entry: str, worker: str) -> None:
         logger.warning("Could not record the trimmed entry %s", entry, exc_info=True)
 
 
-def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str) -> None:
+def record_redeliveries(
+    *, deliveries: list[tuple[int | None, int]], worker: str, user: channel.Channel | None = None
+) -> None:
     """(intent key, delivery number) of deliveries the broker sent before.
     Best effort, one statement; the intent may be unknown (rejected)."""
     if not deliveries:
         return
-    user = channel.current()
+    user = user or channel.current()
     known = set(
         user.intent_model.objects.filter(pk__in={pk for pk, _ in deliveries if pk}).values_list("pk", flat=True)
     )
@@ -95,11 +102,13 @@ def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str
         logger.warning("Could not record %d redeliveries", len(deliveries), exc_info=True)
 
 
-def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: bool = False) -> None:
+def report_worker(
+    *, name: str, fields: dict, stopped: bool = False, starting: bool = False, user: channel.Channel | None = None
+) -> None:
     """Write a worker's row (best effort: a worker never stops for its report).
     A worker starting also deletes the rows of workers not seen for
     NIGHTJAR_WORKER_REPORT_DAYS: every process leaves one, restarts add up."""
-    reports = channel.current().worker_report_model
+    reports = (user or channel.current()).worker_report_model
     now = timezone.now()
     defaults = {**fields, "last_seen": now, "stopped": now if stopped else None}
     try:
@@ -111,10 +120,19 @@ def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: b
         logger.warning("Could not write the report of worker %s", name, exc_info=True)
 
 
-def park(intent, delivery: Delivery, reason: str, *, resolution: str = "", resolved_by: str = "", attempts=None):
+def park(
+    intent,
+    delivery: Delivery,
+    reason: str,
+    *,
+    resolution: str = "",
+    resolved_by: str = "",
+    attempts=None,
+    user: channel.Channel | None = None,
+):
     """One parked record for an intent (inside the caller's transaction):
     the reason, the attempts and an excerpt and hash of the body."""
-    user = channel.current()
+    user = user or channel.current()
     return user.parked_model.objects.create(
         reason=storable_text(reason, max_bytes=1200)[:300],
         attempts=delivery.attempts if attempts is None else attempts,
@@ -127,14 +145,14 @@ def park(intent, delivery: Delivery, reason: str, *, resolution: str = "", resol
     )
 
 
-def park_after_failures(*, delivery: Delivery) -> str | None:
+def park_after_failures(*, delivery: Delivery, user: channel.Channel | None = None) -> str | None:
     """The worker's own delivery limit, whatever the broker counts (RabbitMQ
     4.3 counts only rejects, 3.10 every return, Redis its own counter): once
     the failures recorded for an intent since it was last parked reach
     NIGHTJAR_DELIVERY_LIMIT, park it for staff with the last error. Returns
     the intent's label when it is parked (the caller acks the delivery only
     after this commit), None otherwise (the delivery is handed back)."""
-    user = channel.current()
+    user = user or channel.current()
     intent_id = user.claimed_id(delivery.body)
     if not intent_id:
         return None

@@ -259,7 +259,7 @@ class Worker:
         again = [delivery for delivery in deliveries if delivery.redelivered]
         if again:
             pairs = [(keys.get(d.tag), d.attempts + 1) for d in again]
-            recording.record_redeliveries(deliveries=pairs, worker=self.name)
+            recording.record_redeliveries(deliveries=pairs, worker=self.name, user=self.channel)
 
     def ack_current(self, delivery: transport.Delivery) -> None:
         self.consumer.ack(delivery.tag, flush=self.flush_acks)
@@ -298,7 +298,7 @@ class Worker:
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
         with transaction.atomic():
-            record = recording.record_rejection(delivery=delivery, reason=reason)
+            record = recording.record_rejection(delivery=delivery, reason=reason, user=self.channel)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
         metrics.REJECTED.inc()
@@ -414,7 +414,7 @@ class Worker:
             self.failed += 1
             self.connections_suspect = True
             metrics.FAILED.inc()
-            recording.record_failure(delivery=delivery, error=error, worker=self.name)
+            recording.record_failure(delivery=delivery, error=error, worker=self.name, user=self.channel)
             if self.park_if_failed_too_often(delivery):
                 return []
             return [(delivery, error)]
@@ -424,7 +424,7 @@ class Worker:
         park is committed first, then the delivery acked. False when the
         limit is not reached, or the database cannot say (hand it back)."""
         try:
-            code = recording.park_after_failures(delivery=delivery)
+            code = recording.park_after_failures(delivery=delivery, user=self.channel)
         except DatabaseError:
             logger.warning("Could not count the failed attempts; handing the delivery back", exc_info=True)
             return False
@@ -442,7 +442,7 @@ class Worker:
         the terminal, one record for staff; reconcile republishes them."""
         while self.consumer.lost:
             entry = self.consumer.lost.pop(0)
-            recording.record_lost_entry(entry=entry, worker=self.name)
+            recording.record_lost_entry(entry=entry, worker=self.name, user=self.channel)
             self.say(f"{transport.name()} entry {entry} was trimmed before it was handled; reconcile republishes it.")
 
     def reconcile(self) -> None:
@@ -502,7 +502,7 @@ class Worker:
             "handed_back": self.handed_back,
             "current": self.on[:100],
         }
-        recording.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting)
+        recording.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting, user=self.channel)
 
     def sleep(self, seconds: float, *, keepalive: bool = False) -> None:
         """Sleep in short slices, waking for shutdown (and heartbeats)."""

@@ -47,6 +47,7 @@ class TasksChannel(channel.Channel):
     redelivery_model = TaskRedelivery
     parked_model = TaskParked
     worker_report_model = TaskWorkerReport
+    intents = "tasks"
 
     def __init__(self, queue_name: str = "default") -> None:
         self.queue_name = queue_name

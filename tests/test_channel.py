@@ -131,3 +131,21 @@ def test_reconcile_and_parked_serve_the_named_channel_on_its_own_queue(second, s
     call_command("parked", "--channel", "second", "collect", stdout=out)
     assert out.getvalue().splitlines()[0] == f"Requeued {lost.code} (dead-lettered by interruptions alone)"
     assert transport.queue_counts(second.queue)["ready"] == 1  # published again, on its own queue
+
+
+@pytest.mark.django_db
+def test_the_records_go_to_the_channel_named_not_the_current_one():
+    """A process that serves several channels (the web, reconcile) writes each
+    channel's records into that channel's tables, whichever is current."""
+    from delivery import recording
+    from delivery.transport import Delivery
+    from nightjar_tasks.models import TaskRejectedMessage
+    from tickets.models import RejectedMessage
+
+    tasks = channel.get("tasks")
+    assert channel.current().name == "registrations"
+    delivery = Delivery(body=b"not json", message_id="m-1", redelivered=False, tag=1)
+    recording.record_rejection(delivery=delivery, reason="not a task", user=tasks)
+    assert TaskRejectedMessage.objects.count() == 1 and RejectedMessage.objects.count() == 0
+    recording.record_rejection(delivery=delivery, reason="not a registration")
+    assert RejectedMessage.objects.count() == 1

@@ -61,7 +61,7 @@ def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, mode, w
     assert list(Group.objects.values_list("name", flat=True)) == ["once"]
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "once")
-    assert workers.run(*TASKS).stdout.strip() == "No ready registrations"  # acked: nothing is left
+    assert workers.run(*TASKS).stdout.strip() == "No ready tasks"  # acked: nothing is left
 
 
 def test_rolled_back_enqueue_runs_nothing_and_get_result_from_another_process(workers, worker_env):
@@ -92,7 +92,7 @@ def test_enqueue_with_the_broker_stopped_runs_after_it_returns(broker, rabbit, w
         result = tasks.insert_row.enqueue("later")
     assert TaskRecord.objects.get().status == TaskResultStatus.READY
     if broker == "down":
-        assert workers.run(*TASKS).stdout.strip() == "No ready registrations"
+        assert workers.run(*TASKS).stdout.strip() == "No ready tasks"
     # (A frozen broker may still take the publish in flight once it thaws:
     # then reconcile's copy is a repeat, which runs nothing.)
     reconciled = manage(worker_env, "reconcile", *TASKS, "--older-than", "0")
@@ -128,7 +128,7 @@ def test_a_failing_task_is_retried_failed_parked_requeued_and_then_succeeds(work
 def test_run_after_waits_until_due(workers, worker_env):
     result = tasks.insert_row.using(run_after=timezone.now() + timedelta(hours=1)).enqueue("deferred")
     assert manage(worker_env, "reconcile", *TASKS, "--older-than", "0").returncode == 0
-    assert workers.run(*TASKS).stdout.strip() == "No ready registrations"  # not published: not due
+    assert workers.run(*TASKS).stdout.strip() == "No ready tasks"  # not published: not due
     TaskRecord.objects.update(run_after=timezone.now() - timedelta(seconds=1))
     assert manage(worker_env, "reconcile", *TASKS).returncode == 0
     assert workers.run(*TASKS).returncode == 0

@@ -23,6 +23,7 @@ from tickets.services.registrations import NightjarError, has_key, has_ticket
 
 class RegistrationsChannel(channel.Channel):
     name = "registrations"
+    intents = "registrations"
 
     @property
     def queue(self) -> str:

@@ -162,9 +162,9 @@ class Command(BaseCommand):
             if options["drain"]:
                 count = worker.drain()
                 deliveries = "delivery" if count == 1 else "deliveries"
-                self.stdout.write(f"Drained {count} {deliveries}; no ready registrations left.")
+                self.stdout.write(f"Drained {count} {deliveries}; no ready {user.intents} left.")
             elif not worker.once():
-                self.stdout.write("No ready registrations")
+                self.stdout.write(f"No ready {user.intents}")
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
             raise CommandError(worker.interrupted(), returncode=exits.INTERRUPTED) from None
