@@ -80,3 +80,23 @@ def management_api_over_plain_http(app_configs, **kwargs):
             id="nightjar.W003",
         )
     ]
+
+
+@checks.register()
+def channels_have_queues_of_their_own(app_configs, **kwargs):
+    """Two channels on one queue would take each other's deliveries (and
+    reject them as broken bodies): each registered channel needs its own."""
+    from delivery import channel
+
+    by_queue: dict[str, list[str]] = {}
+    for user in channel.all():
+        by_queue.setdefault(user.queue, []).append(user.name)
+    return [
+        checks.Error(
+            f"The delivery channels {' and '.join(names)} share the queue {queue}.",
+            hint="Give each channel a queue of its own (NIGHTJAR_QUEUE, NIGHTJAR_TASKS_QUEUE).",
+            id="nightjar.E005",
+        )
+        for queue, names in by_queue.items()
+        if len(names) > 1
+    ]

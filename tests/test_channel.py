@@ -149,3 +149,14 @@ def test_the_records_go_to_the_channel_named_not_the_current_one():
     assert TaskRejectedMessage.objects.count() == 1 and RejectedMessage.objects.count() == 0
     recording.record_rejection(delivery=delivery, reason="not a registration")
     assert RejectedMessage.objects.count() == 1
+
+
+def test_two_channels_on_one_queue_fail_the_system_check(second, monkeypatch):
+    from delivery.checks import channels_have_queues_of_their_own
+
+    assert channels_have_queues_of_their_own(None) == []  # registrations, tasks and second: three queues
+    monkeypatch.setattr(SecondChannel, "queue", property(lambda self: channel.get("registrations").queue))
+    (error,) = channels_have_queues_of_their_own(None)
+    assert error.id == "nightjar.E005"
+    shared = channel.get("registrations").queue
+    assert error.msg == f"The delivery channels registrations and second share the queue {shared}."
