@@ -264,3 +264,33 @@ def test_each_django_queue_has_its_broker_queue_and_channel(settings, tasks_chan
             tasks.add.using(queue_name="unknown").enqueue(1, 2)
     finally:
         channel.unregister("tasks.emails")
+
+
+def test_the_runner_s_own_sql_reads_and_marks_the_row_as_the_orm_would():
+    """runner._read and _mark_done send SQL of their own (issue 25, speed):
+    every field must come back as the ORM reads it, and the done-mark store
+    what the ORM's update would."""
+    later = timezone.now() + timedelta(hours=1)
+    record = TaskRecord.objects.create(
+        task_path="tests.task_functions.add",
+        args=[1, {"a": [2, None]}],
+        kwargs={"x": "é"},
+        run_after=later,
+        errors=[{"exception_class_path": "builtins.ValueError", "traceback": "t"}],
+        worker_ids=["w:1"],
+        attempts=2,
+    )
+    read = runner._read(record.pk)
+    stored = TaskRecord.objects.get(pk=record.pk)
+    for field in TaskRecord._meta.concrete_fields:
+        assert getattr(read, field.attname) == getattr(stored, field.attname), field.name
+    assert not read._state.adding
+    started = timezone.now()
+    read.status, read.started_at, read.worker_ids = TaskResultStatus.RUNNING, started, [*read.worker_ids, "w:2"]
+    runner._mark_done(read, {"sum": [3]}, started)
+    done = TaskRecord.objects.get(pk=record.pk)
+    assert (done.status, done.attempts, done.return_value) == (TaskResultStatus.SUCCESSFUL, 3, {"sum": [3]})
+    assert (done.started_at, done.last_attempted_at, done.worker_ids) == (started, started, ["w:1", "w:2"])
+    assert done.finished_at == read.finished_at and done.run_after == later
+    with pytest.raises(TaskRecord.DoesNotExist):
+        runner._read(record.pk + 1000)
