@@ -199,7 +199,8 @@ def _record_failure(record: TaskRecord, error: BaseException, started, me: str) 
             TaskParked.objects.create(
                 task=row,
                 reason=storable_text(
-                    f"{type(error).__name__}: {first_line} (worker {me}); failed {tries} times", max_bytes=1200
+                    f"{row.task_path} raised {type(error).__name__}: {first_line} (worker {me}); failed {tries} times",
+                    max_bytes=1200,
                 )[:300],
                 attempts=tries,
                 body_excerpt=storable_text(row.task_path, max_bytes=2048),

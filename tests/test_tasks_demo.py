@@ -82,7 +82,7 @@ def test_the_two_commands_of_the_readme_run_the_demo_in_a_fresh_checkout(tmp_pat
             timeout=120,
         )
         assert parked.returncode == 0, parked.stdout + parked.stderr
-        assert "demo.tasks.divide" in parked.stdout, parked.stdout
+        assert "demo.tasks.divide raised ZeroDivisionError: division by zero" in parked.stdout, parked.stdout
     finally:
         if run.poll() is None:
             os.kill(run.pid, signal.SIGINT)  # Ctrl+C in its terminal
