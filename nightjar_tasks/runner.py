@@ -14,6 +14,7 @@ publishes it when due), or, at its limit, FAILED and parked for staff.
 The signals go out with send_robust: a receiver that raises is logged by
 Django and never turns a committed (maybe acked) task into a failure."""
 
+import dataclasses
 import functools
 import os
 import socket
@@ -158,7 +159,7 @@ def handle(message, ack, pause=None):
     checkpoint(pause, "after-commit")
     ack()
     if done:
-        task_finished.send_robust(SENDER, task_result=backends.to_result(record, task))
+        task_finished.send_robust(SENDER, task_result=_finished(result, record))
 
 
 def _mark_done(record: TaskRecord, value, started) -> bool:
@@ -214,24 +215,115 @@ def _record_failure(record: TaskRecord, error: BaseException, started, me: str) 
     return row
 
 
+def _insert_keys(task_ids: list[int]) -> set[int]:
+    """Insert the completion keys of the batch in one statement (in chunks of
+    500 rows); return the ids whose key was new. Ascending order, so two
+    batches sharing tasks lock their keys in the same order (no deadlock)."""
+    ids = sorted(set(task_ids))
+    table = TaskCompletion._meta.db_table
+    connection = connections[TaskCompletion.objects.db]
+    now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
+    new = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            cursor.execute(
+                f"INSERT INTO {table} (task_id, completed) VALUES {', '.join(['(%s, %s)'] * len(chunk))} "
+                "ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
+                [value for pk in chunk for value in (pk, now)],
+            )
+            new.update(row[0] for row in cursor.fetchall())
+    return new
+
+
+def _delete_key(task_id: int) -> None:
+    connection = connections[TaskCompletion.objects.db]
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {TaskCompletion._meta.db_table} WHERE task_id = %s", [task_id])
+
+
+def _mark_done_many(records: list[TaskRecord]) -> None:
+    """_mark_done for many rows: one executemany of the same UPDATE (the
+    records already carry their done values)."""
+    if not records:
+        return
+    connection = connections[TaskRecord.objects.db]
+    _, _, update, fields = _statements(connection.vendor)
+    rows = [
+        [*(field.get_db_prep_save(getattr(record, field.attname), connection) for field in fields), record.pk]
+        for record in records
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(update, rows)
+
+
+def _finished(result, record: TaskRecord):
+    """The task_finished result of a task done now: its task_started result
+    with the done values (no second task.using(), issue 25)."""
+    finished = dataclasses.replace(
+        result,
+        status=TaskResultStatus.SUCCESSFUL,
+        finished_at=record.finished_at,
+        last_attempted_at=record.last_attempted_at,
+    )
+    object.__setattr__(finished, "_return_value", record.return_value)
+    return finished
+
+
 def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[int]:
-    """Batch mode (`worker --channel tasks --batch N`): the rejections recorded
-    and every task run in ONE transaction, each task in a savepoint of its own
-    (a failing one is rolled back alone and its failure recorded), then one
-    ack for the batch. Returns the ids done now. A task that opted out of the
-    shared transaction runs in its savepoint too here (the stronger promise)."""
+    """Batch mode (`worker --channel tasks --batch N`): the batch's promise
+    made set-wise. In ONE transaction:
+
+    1. the rejections recorded;
+    2. the completion keys of every pending task of the batch inserted in
+       ONE statement (`INSERT ... ON CONFLICT DO NOTHING RETURNING`): the ids
+       that come back are the tasks this batch owns; the others are repeats
+       (done by an earlier commit) and run nothing;
+    3. each owned task's body run in a savepoint of its own. A body that
+       raises is rolled back to its savepoint (its writes gone, the others'
+       kept), its key deleted in the outer transaction, and its failure
+       recorded (traceback, attempts, retry or park) as per delivery;
+    4. every done row marked in ONE executemany of the done UPDATE;
+
+    then the commit, then one ack for the batch. Killed before the commit:
+    nothing of it exists (keys, bodies, marks, failures), the broker
+    redelivers the whole batch. Killed after: the redelivery finds the keys
+    and the rows done, and only acks.
+
+    Why the keys go in BEFORE the bodies, and not only the keys of the bodies
+    that succeeded, after them: the key is the lock that keeps two workers
+    from both running one task (a task published twice, or redelivered to
+    another worker while this one still runs it). Inserted first, a second
+    worker's insert of the same key waits on this transaction (PostgreSQL's
+    unique index; SQLite: one writer at a time) and, once this commits, finds
+    it and runs nothing; if this rolls back, it runs the task itself. Inserted
+    after the bodies, both workers would run the body, and the loser would
+    learn it only when its batch's bodies are already released into the outer
+    transaction, too late to undo one task's writes alone. The key of a failed
+    body is deleted, not kept, so the task's retry (or a duplicate delivery)
+    can still run it: exactly what the per-delivery path's rollback does.
+
+    A task that opted out of the shared transaction runs in its savepoint too
+    here (the stronger promise). Returns the ids done now."""
     records = TaskRecord.objects.in_bulk([message.task_id for message in messages])
     me = worker_id()
+    pending = {}
+    for message in messages:  # a task twice in one batch runs once
+        record = records[message.task_id]
+        if record.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+            pending[record.pk] = record
     done, finished = [], []
     checkpoint(pause, "before-write")
     with transaction.atomic():
         for delivery, reason in rejections:
             record_rejection(delivery=delivery, reason=reason)
-        for message in messages:
-            record = records[message.task_id]
-            if record.status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+        owned = _insert_keys(list(pending)) if pending else set()
+        tasks = {}
+        for pk, record in pending.items():
+            if pk not in owned:
                 continue
-            task = import_string(record.task_path)
+            path = record.task_path
+            task = tasks.get(path) or tasks.setdefault(path, import_string(path))
             started = timezone.now()
             record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
             record.started_at = record.started_at or started
@@ -239,20 +331,21 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[
             result = backends.to_result(record, task)
             try:
                 with transaction.atomic():  # the task's savepoint
-                    if not _insert_key(record.pk):
-                        continue
                     task_started.send_robust(SENDER, task_result=result)
                     value = normalize_json(_call(task, result))
-                    _mark_done(record, value, started)
             except Exception as error:
+                _delete_key(pk)
                 failed = _record_failure(record, error, started, me)
                 task_finished.send_robust(SENDER, task_result=backends.to_result(failed, task))
                 continue
-            done.append(record.pk)
-            finished.append(task)
+            record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, timezone.now(), value
+            record.attempts += 1
+            done.append(record)
+            finished.append(result)
+        _mark_done_many(done)
         checkpoint(pause, "inside-transaction")
     checkpoint(pause, "after-commit")
     ack_all()
-    for pk, task in zip(done, finished, strict=True):
-        task_finished.send_robust(SENDER, task_result=backends.to_result(records[pk], task))
-    return done
+    for record, result in zip(done, finished, strict=True):
+        task_finished.send_robust(SENDER, task_result=_finished(result, record))
+    return [record.pk for record in done]

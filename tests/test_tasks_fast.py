@@ -27,7 +27,7 @@ from nightjar_tasks.compat import (
     task_finished,
     task_started,
 )
-from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord, TaskRejectedMessage
+from nightjar_tasks.models import TaskCompletion, TaskFailure, TaskParked, TaskRecord, TaskRejectedMessage
 from tests import task_functions as tasks
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
@@ -232,6 +232,49 @@ def test_batch_mode_runs_each_task_in_its_own_savepoint(tasks_channel):
     assert list(Group.objects.values_list("name", flat=True)) == ["batched"]
     assert TaskRejectedMessage.objects.count() == 1
     assert ready(tasks_channel.queue) == 0
+
+
+def test_a_batch_with_a_failing_task_in_the_middle_rolls_back_only_that_task(tasks_channel):
+    first = tasks.insert_row.enqueue("first")
+    bad = tasks.insert_when_fixed.enqueue("middle")
+    last = tasks.insert_row.enqueue("last")
+    seen = []
+
+    def note(sender, task_result, **kwargs):
+        done = task_result.status == TaskResultStatus.SUCCESSFUL
+        seen.append((task_result.id, task_result.status, task_result.return_value if done else None))
+
+    task_finished.connect(note)
+    try:
+        drain(batch=10)
+    finally:
+        task_finished.disconnect(note)
+    for result in (first, bad, last):
+        result.refresh()
+    assert [(r.status, r.attempts) for r in (first, last)] == [(TaskResultStatus.SUCCESSFUL, 1)] * 2
+    assert (bad.status, bad.attempts, len(bad.errors)) == (TaskResultStatus.READY, 1, 1)  # its failure recorded
+    assert TaskFailure.objects.filter(task_id=bad.id).count() == 1
+    assert sorted(Group.objects.values_list("name", flat=True)) == ["first", "last"]  # "attempt-middle" rolled back
+    assert sorted(TaskCompletion.objects.values_list("task_id", flat=True)) == sorted([int(first.id), int(last.id)])
+    assert sorted(seen) == sorted(
+        [
+            (first.id, TaskResultStatus.SUCCESSFUL, "first"),
+            (bad.id, TaskResultStatus.READY, None),
+            (last.id, TaskResultStatus.SUCCESSFUL, "last"),
+        ]
+    )
+    Group.objects.create(name="fixed-middle")
+    reconcile()  # its retry (backoff 0) is due: its key was deleted, so it runs
+    drain(batch=10)
+    bad.refresh()
+    assert (bad.status, bad.return_value, bad.attempts) == (TaskResultStatus.SUCCESSFUL, "middle", 2)
+    assert sorted(Group.objects.values_list("name", flat=True)) == [
+        "attempt-middle",
+        "first",
+        "fixed-middle",
+        "last",
+        "middle",
+    ]
 
 
 def test_a_receiver_that_raises_does_not_undo_a_done_task(tasks_channel):
