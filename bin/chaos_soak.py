@@ -21,7 +21,6 @@ exactly N tickets. Exit status 0 only then.
 import argparse
 import json
 import os
-import random
 import secrets
 import shutil
 import signal
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
-from devtools import netns  # noqa: E402
+from devtools import chaos, netns  # noqa: E402
 from devtools.guest import Guest  # noqa: E402
 from devtools.ports import free_cluster_port, free_port  # noqa: E402
 from devtools.web import start_gunicorn  # noqa: E402
@@ -179,26 +178,19 @@ class Soak:
     def start_worker(self, index: int) -> None:
         log = self.folder / f"worker-{index}-{len(self.worker_logs)}.log"
         self.worker_logs.append(log)
-        with open(log, "w") as out:
-            self.workers[index] = subprocess.Popen(
-                [PYTHON, str(ROOT / "manage.py"), "worker", "--serve", "--prefetch", "10"],
-                # One consumer name per slot, kept across restarts, as a service instance would.
-                env={**self.env, "NIGHTJAR_CONSUMER_NAME": f"chaos-{index}"},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        command = [PYTHON, str(ROOT / "manage.py"), "worker", "--serve", "--prefetch", "10"]
+        # One consumer name per slot, kept across restarts, as a service instance would.
+        env = {**self.env, "NIGHTJAR_CONSUMER_NAME": f"chaos-{index}"}
+        self.workers[index] = chaos.start_logged(command, env=env, log=log)
 
     def chaos(self) -> None:
         """SIGKILL a random worker every 0.3-1 s and start a new one in its place."""
-        rng = random.Random(self.args.seed)
-        while not self.stop_chaos.wait(rng.uniform(0.3, 1.0)):
-            index = rng.randrange(len(self.workers))
-            self.workers[index].kill()
-            self.workers[index].wait()
-            self.kills += 1
-            self.start_worker(index)
-            self.restarts += 1
+        chaos.kill_at_random(self.workers, self.killed, stop=self.stop_chaos, seed=self.args.seed)
+
+    def killed(self, index: int) -> None:
+        self.kills += 1
+        self.start_worker(index)
+        self.restarts += 1
 
     def post_registrations(self, names: list[str]) -> None:
         """One browser-like client: GET the form (cookie, token, key), POST it,
@@ -264,8 +256,8 @@ class Soak:
                 )
             for index in range(len(self.workers)):
                 self.start_worker(index)
-            chaos = threading.Thread(target=self.chaos, daemon=True)
-            chaos.start()
+            killer = threading.Thread(target=self.chaos, daemon=True)
+            killer.start()
             chaos_started = time.monotonic()
 
             names = [f"Chaos Guest {i % 97}" for i in range(n)]  # repeated names: still one ticket each
@@ -295,7 +287,7 @@ class Soak:
             )
             time.sleep(chaos_left)
             self.stop_chaos.set()
-            chaos.join()
+            killer.join()
 
             rounds = 0
             while time.monotonic() < deadline:

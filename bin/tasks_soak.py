@@ -39,6 +39,7 @@ DEMO = ROOT / "examples" / "tasks_demo"
 sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
+from devtools import chaos  # noqa: E402
 from devtools.ports import free_port  # noqa: E402
 
 # How each backend's worker runs as a service, each its own process.
@@ -96,24 +97,16 @@ class TasksSoak:
         command = [PYTHON, str(DEMO / "manage.py"), *WORKERS[self.backend]]
         if self.backend == "db":
             command += ["--worker-id", f"chaos-{index}-{len(self.logs)}"]
-        with open(log, "w") as out:
-            self.workers[index] = subprocess.Popen(
-                command,
-                env={**self.env, "NIGHTJAR_CONSUMER_NAME": f"chaos-{index}"},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        env = {**self.env, "NIGHTJAR_CONSUMER_NAME": f"chaos-{index}"}
+        self.workers[index] = chaos.start_logged(command, env=env, log=log)
 
     def chaos(self) -> None:
         """SIGKILL a random worker every 0.3-1 s and start a new one in its place."""
-        rng = random.Random(self.args.seed)
-        while not self.stop_chaos.wait(rng.uniform(0.3, 1.0)):
-            index = rng.randrange(len(self.workers))
-            self.workers[index].kill()
-            self.workers[index].wait()
-            self.kills += 1
-            self.start_worker(index)
+        chaos.kill_at_random(self.workers, self.killed, stop=self.stop_chaos, seed=self.args.seed)
+
+    def killed(self, index: int) -> None:
+        self.kills += 1
+        self.start_worker(index)
 
     def ids(self) -> list[str]:
         path = self.folder / "ids.txt"
@@ -141,8 +134,8 @@ class TasksSoak:
         try:
             for index in range(len(self.workers)):
                 self.start_worker(index)
-            chaos = threading.Thread(target=self.chaos, daemon=True)
-            chaos.start()
+            killer = threading.Thread(target=self.chaos, daemon=True)
+            killer.start()
             chaos_started = time.monotonic()
             # Half, then (Nightjar) a quarter while the broker is down, then the rest.
             half, quarter = n // 2, n // 4
@@ -160,7 +153,7 @@ class TasksSoak:
             self.say(f"All {self.enqueued} enqueued; killing goes on for {left:.0f} s more")
             time.sleep(left)
             self.stop_chaos.set()
-            chaos.join()
+            killer.join()
             # The workers keep running, unharmed: wait until nothing more finishes.
             rounds, last, unchanged = 0, None, 0
             while time.monotonic() < deadline:
