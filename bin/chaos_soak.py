@@ -103,12 +103,7 @@ class Soak:
         print(f"[{time.monotonic() - self.started:7.1f}s] {line}", flush=True)
 
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [PYTHON, str(ROOT / "manage.py"), *args], env=self.env, capture_output=True, text=True, timeout=300
-        )
-        if check and result.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
-        return result
+        return chaos.manage(ROOT / "manage.py", *args, env=self.env, check=check)
 
     def rabbit(self, action: str) -> None:
         """Start or stop the broker (a RabbitMQ node or cluster, or redis-server with --transport redis)."""

@@ -76,12 +76,7 @@ class TasksSoak:
         print(f"[{self.backend} {time.monotonic() - self.started:6.1f}s] {line}", flush=True)
 
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [PYTHON, str(DEMO / "manage.py"), *args], env=self.env, capture_output=True, text=True, timeout=300
-        )
-        if check and result.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
-        return result
+        return chaos.manage(DEMO / "manage.py", *args, env=self.env, check=check)
 
     def broker_node(self, action: str) -> None:
         command = [str(ROOT / "bin" / f"{self.broker}-node"), action, str(self.folder / self.broker)]

@@ -4,6 +4,7 @@ workers: start one with its output in a log, and SIGKILL a random one every
 
 import random
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -26,3 +27,14 @@ def kill_at_random(
         workers[index].kill()
         workers[index].wait()
         restart(index)
+
+
+def manage(manage_py: Path, *args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    """`python manage.py ARGS` of the project under test, its output captured;
+    with check, a failure raises with that output."""
+    result = subprocess.run(
+        [sys.executable, str(manage_py), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+    return result
