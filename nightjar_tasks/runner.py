@@ -14,6 +14,7 @@ publishes it when due), or, at its limit, FAILED and parked for staff.
 The signals go out with send_robust: a receiver that raises is logged by
 Django and never turns a committed (maybe acked) task into a failure."""
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -40,6 +41,7 @@ from nightjar_tasks.compat import (
 from nightjar_tasks.models import TaskCompletion, TaskFailure, TaskParked, TaskRecord
 
 SENDER = backends.NightjarBackend
+FINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)  # a task in these runs no more
 
 
 def worker_id() -> str:
@@ -77,18 +79,76 @@ def _statements(vendor: str):
 def _read(pk: int) -> TaskRecord:
     """TaskRecord.objects.get(pk=pk), without the query compiler."""
     connection = connections[TaskRecord.objects.db]
-    select, columns, _, _ = _statements(connection.vendor)
+    select, _, _, _ = _statements(connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(select, [pk])
         row = cursor.fetchone()
     if row is None:
         raise TaskRecord.DoesNotExist(f"No task {pk}")
+    return _record(connection, row)
+
+
+def _record(connection, row) -> TaskRecord:
+    """The TaskRecord of a row of _FIELDS, each value converted as the ORM would."""
+    _, columns, _, _ = _statements(connection.vendor)
     values = []
     for value, (column, converters) in zip(row, columns, strict=True):
         for converter in converters:
             value = converter(value, column, connection)
         values.append(value)
     return TaskRecord.from_db(connection.alias, [f.attname for f in _FIELDS], values)
+
+
+@functools.cache
+def _claim_statement(vendor: str) -> str:
+    """PostgreSQL: the completion key inserted (when the task is to run here)
+    and the row read, in ONE statement: one round trip fewer per task."""
+    connection = connections[TaskRecord.objects.db]
+    quote, table = connection.ops.quote_name, TaskRecord._meta.db_table
+    select, _, _, _ = _statements(vendor)
+    pk, atomic, status = (quote(TaskRecord._meta.get_field(name).column) for name in ("id", "atomic", "status"))
+    key = quote(TaskCompletion._meta.db_table)
+    return (
+        f"WITH claim AS (INSERT INTO {key} (task_id, completed) "
+        f"SELECT {pk}, %s FROM {quote(table)} WHERE {pk} = %s AND {atomic} AND {status} NOT IN (%s, %s) "
+        "ON CONFLICT (task_id) DO NOTHING RETURNING task_id) "
+        + select.replace(" FROM ", ", EXISTS (SELECT 1 FROM claim) FROM ", 1)
+    )
+
+
+def _claim(pk: int) -> tuple[TaskRecord, bool]:
+    """Inside the task's transaction: its row, and whether this transaction
+    now holds its completion key (inserted here: the task runs here). Not
+    inserted for a task done or given up, for one that opted out of the
+    shared transaction, or when the key is there already (a repeat; or
+    another worker's, whose commit this waited for)."""
+    connection = connections[TaskRecord.objects.db]
+    if connection.vendor != "postgresql":
+        record = _read(pk)
+        owned = record.atomic and record.status not in FINAL and _insert_key(pk)
+        return record, owned
+    now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_statement(connection.vendor), [now, pk, *FINAL, pk])
+        row = cursor.fetchone()
+    if row is None:
+        raise TaskRecord.DoesNotExist(f"No task {pk}")
+    return _record(connection, row[:-1]), row[-1]
+
+
+@contextlib.contextmanager
+def _sent_with_the_commit():
+    """PostgreSQL (psycopg 3): the statements from here to the commit go in
+    one pipeline, sent without waiting for each one's answer; the commit
+    waits for them all (and raises the first error, so nothing is committed
+    that failed). One round trip fewer per task for the done-mark."""
+    connection = connections[TaskRecord.objects.db]
+    pipeline = getattr(connection.connection, "pipeline", None) if connection.vendor == "postgresql" else None
+    if pipeline is None:
+        yield
+        return
+    with pipeline():
+        yield
 
 
 def _call(task, result):
@@ -116,40 +176,40 @@ def _insert_key(task_id: int) -> bool:
 
 def handle(message, ack, pause=None):
     """message: a nightjar_tasks.messages.TaskMessage already checked against
-    its row; ack(): the delivery is done; pause: the checkpoints."""
-    record = _read(message.task_id)
-    if record.status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
-        ack()  # a repeat of a done (or given-up) task: nothing runs
-        return
-    task = import_string(record.task_path)
-    started = timezone.now()
-    me = worker_id()
-    record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
-    record.started_at = record.started_at or started
-    record.worker_ids = [*record.worker_ids, me]
-    result = backends.to_result(record, task)
+    its row; ack(): the delivery is done; pause: the checkpoints.
+
+    Per task: BEGIN; the key claimed and the row read (one statement on
+    PostgreSQL); the body; the done-mark, sent with the COMMIT. A repeat of
+    a done (or given-up) task finds its row so, inserts nothing, runs
+    nothing, and is acked."""
     checkpoint(pause, "before-write")
+    started, me = timezone.now(), worker_id()
+    task = result = None
+    done = False
     try:
-        if record.atomic:
-            with transaction.atomic():
-                if not _insert_key(record.pk):
-                    done = False
-                else:
-                    task_started.send_robust(SENDER, task_result=result)
-                    value = normalize_json(_call(task, result))
-                    checkpoint(pause, "inside-transaction")
-                    done = _mark_done(record, value, started)
-        else:
+        with contextlib.ExitStack() as until_committed, transaction.atomic():
+            record, owned = _claim(message.task_id)
+            if owned:
+                task, result = _running(record, started, me)
+                task_started.send_robust(SENDER, task_result=result)
+                value = normalize_json(_call(task, result))
+                checkpoint(pause, "inside-transaction")
+                if not connections[TaskRecord.objects.db].run_on_commit:
+                    # (The body's on_commit callbacks, if any, must not run in a pipeline.)
+                    until_committed.enter_context(_sent_with_the_commit())
+                done = _mark_done(record, value, started)
+        if not owned and not record.atomic and record.status not in FINAL:
             # Opted out: the body commits on its own; a crash before the mark repeats it.
-            if TaskCompletion.objects.filter(task_id=record.pk).exists():
-                done = False
-            else:
+            task, result = _running(record, started, me)
+            if not TaskCompletion.objects.filter(task_id=record.pk).exists():
                 task_started.send_robust(SENDER, task_result=result)
                 value = normalize_json(_call(task, result))
                 checkpoint(pause, "inside-transaction")
                 with transaction.atomic():
                     done = _insert_key(record.pk) and _mark_done(record, value, started)
     except Exception as error:
+        if task is None:
+            raise  # not the task's failure (its row could not be read or claimed, or its path not imported)
         failed = _record_failure(record, error, started, me)
         checkpoint(pause, "after-commit")
         ack()
@@ -160,6 +220,16 @@ def handle(message, ack, pause=None):
     ack()
     if done:
         task_finished.send_robust(SENDER, task_result=_finished(result, record))
+
+
+def _running(record: TaskRecord, started, me: str):
+    """The task object and the TaskResult of the row as running now (the
+    row itself is written only by the done-mark or the failure)."""
+    task = import_string(record.task_path)
+    record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
+    record.started_at = record.started_at or started
+    record.worker_ids = [*record.worker_ids, me]
+    return task, backends.to_result(record, task)
 
 
 def _mark_done(record: TaskRecord, value, started) -> bool:
