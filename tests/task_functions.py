@@ -2,6 +2,7 @@
 row of django.contrib.auth's Group, whose name is unique."""
 
 from django.contrib.auth.models import Group
+from django.db import transaction
 
 from nightjar_tasks import retry
 from nightjar_tasks.compat import task
@@ -33,4 +34,18 @@ def insert_when_fixed(name: str) -> str:
 @retry(atomic=False)
 def insert_row_outside(name: str) -> str:
     Group.objects.create(name=name)
+    return name
+
+
+@task
+def insert_then_rename_on_commit(name: str) -> str:
+    """Inserts <name>; once the task's transaction commits, saves it again as
+    "<name>-committed" (an UPDATE that Django's save() checks by its row count)."""
+    group = Group.objects.create(name=name)
+
+    def rename():
+        group.name = f"{name}-committed"
+        group.save()
+
+    transaction.on_commit(rename)
     return name

@@ -337,3 +337,42 @@ def test_the_runner_s_own_sql_reads_and_marks_the_row_as_the_orm_would():
     assert done.finished_at == read.finished_at and done.run_after == later
     with pytest.raises(TaskRecord.DoesNotExist):
         runner._read(record.pk + 1000)
+
+
+def test_the_claim_inserts_the_key_only_for_a_task_to_run_here_and_reads_the_row_as_the_orm_would():
+    """runner._claim (one statement on PostgreSQL, two elsewhere): the key of a
+    ready task inserted in the caller's transaction and its row read as the ORM
+    reads it; nothing inserted for a task whose key is there already, one done
+    or given up, or one that opted out of the shared transaction."""
+    record = TaskRecord.objects.create(task_path="tests.task_functions.add", args=[1, 2], kwargs={"x": "é"})
+    with transaction.atomic():
+        read, owned = runner._claim(record.pk)
+        assert owned and TaskCompletion.objects.filter(task_id=record.pk).exists()
+        stored = TaskRecord.objects.get(pk=record.pk)
+        for field in TaskRecord._meta.concrete_fields:
+            assert getattr(read, field.attname) == getattr(stored, field.attname), field.name
+        assert runner._claim(record.pk)[1] is False  # the key is there: a repeat runs nothing
+        transaction.set_rollback(True)
+    assert not TaskCompletion.objects.exists()  # rolled back with the transaction
+    opted_out = TaskRecord.objects.create(task_path="tests.task_functions.insert_row_outside", atomic=False)
+    done = TaskRecord.objects.create(task_path="tests.task_functions.add", status=TaskResultStatus.SUCCESSFUL)
+    failed = TaskRecord.objects.create(task_path="tests.task_functions.add", status=TaskResultStatus.FAILED)
+    with transaction.atomic():
+        for row in (opted_out, done, failed):
+            read, owned = runner._claim(row.pk)
+            assert (read.pk, read.status, owned) == (row.pk, row.status, False)
+    assert not TaskCompletion.objects.exists()
+    with pytest.raises(TaskRecord.DoesNotExist), transaction.atomic():
+        runner._claim(failed.pk + 1000)
+
+
+def test_a_body_s_on_commit_callback_runs_after_the_commit_and_its_update_counts():
+    """The done-mark goes out with the COMMIT (PostgreSQL: one pipeline), but
+    not when the body left on_commit callbacks: they run after the commit as
+    Django runs them, outside any pipeline (there an UPDATE's row count would
+    not be known yet and save() would try an INSERT)."""
+    result = tasks.insert_then_rename_on_commit.enqueue("hook")
+    drain()
+    assert list(Group.objects.values_list("name", flat=True)) == ["hook-committed"]
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "hook")
