@@ -37,9 +37,11 @@ def to_result(record: TaskRecord, task=None) -> TaskResult:
     """The TaskResult a row says (task: the Task object, imported when not given)."""
     if task is None:
         task = import_string(record.task_path)
-    task = task.using(
-        queue_name=record.queue_name, priority=record.priority, run_after=record.run_after, backend=record.backend
-    )
+    stored = {"queue_name": record.queue_name, "priority": record.priority, "run_after": record.run_after}
+    stored["backend"] = record.backend
+    changes = {name: value for name, value in stored.items() if value is not None and getattr(task, name) != value}
+    if changes:  # (using() makes and validates a new Task: not per delivery when the row says what the task does)
+        task = task.using(**changes)
     result = TaskResult(
         task=task,
         id=str(record.pk),

@@ -15,7 +15,7 @@ The signals go out with send_robust: a receiver that raises is logged by
 Django and never turns a committed (maybe acked) task into a failure."""
 
 import contextlib
-import dataclasses
+import copy
 import functools
 import os
 import socket
@@ -45,7 +45,12 @@ FINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)  # a 
 
 
 def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"  # as the engine names its worker
+    return _worker_id(os.getpid())  # as the engine names its worker
+
+
+@functools.cache
+def _worker_id(pid: int) -> str:
+    return f"{socket.gethostname()}:{pid}"
 
 
 # The hot path's two statements on the task's row, in SQL of our own: the
@@ -76,9 +81,9 @@ def _statements(vendor: str):
     return select, list(zip(columns, converters, strict=True)), update, done
 
 
-def _read(pk: int) -> TaskRecord:
+def _read(pk: int, connection=None) -> TaskRecord:
     """TaskRecord.objects.get(pk=pk), without the query compiler."""
-    connection = connections[TaskRecord.objects.db]
+    connection = connection or connections[TaskRecord.objects.db]
     select, _, _, _ = _statements(connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(select, [pk])
@@ -116,16 +121,15 @@ def _claim_statement(vendor: str) -> str:
     )
 
 
-def _claim(pk: int) -> tuple[TaskRecord, bool]:
+def _claim(connection, pk: int) -> tuple[TaskRecord, bool]:
     """Inside the task's transaction: its row, and whether this transaction
     now holds its completion key (inserted here: the task runs here). Not
     inserted for a task done or given up, for one that opted out of the
     shared transaction, or when the key is there already (a repeat; or
     another worker's, whose commit this waited for)."""
-    connection = connections[TaskRecord.objects.db]
     if connection.vendor != "postgresql":
-        record = _read(pk)
-        owned = record.atomic and record.status not in FINAL and _insert_key(pk)
+        record = _read(pk, connection)
+        owned = record.atomic and record.status not in FINAL and _insert_key(pk, connection)
         return record, owned
     now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
     with connection.cursor() as cursor:
@@ -137,12 +141,11 @@ def _claim(pk: int) -> tuple[TaskRecord, bool]:
 
 
 @contextlib.contextmanager
-def _sent_with_the_commit():
+def _sent_with_the_commit(connection):
     """PostgreSQL (psycopg 3): the statements from here to the commit go in
     one pipeline, sent without waiting for each one's answer; the commit
     waits for them all (and raises the first error, so nothing is committed
     that failed). One round trip fewer per task for the done-mark."""
-    connection = connections[TaskRecord.objects.db]
     pipeline = getattr(connection.connection, "pipeline", None) if connection.vendor == "postgresql" else None
     if pipeline is None:
         yield
@@ -158,13 +161,13 @@ def _call(task, result):
     return task.call(*args, **kwargs)
 
 
-def _insert_key(task_id: int) -> bool:
+def _insert_key(task_id: int, connection=None) -> bool:
     """Insert the completion key; False when it is there already. One
     statement: a concurrent insert of the same key waits for the other
     transaction and then does nothing (PostgreSQL), or waits for the write
     lock (SQLite, immediate transactions), so two workers never both run it."""
     table = TaskCompletion._meta.db_table
-    connection = connections[TaskCompletion.objects.db]
+    connection = connection or connections[TaskCompletion.objects.db]
     now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -186,18 +189,19 @@ def handle(message, ack, pause=None):
     started, me = timezone.now(), worker_id()
     task = result = None
     done = False
+    db = connections[TaskRecord.objects.db]  # the task's database: its transaction, its row
     try:
-        with contextlib.ExitStack() as until_committed, transaction.atomic():
-            record, owned = _claim(message.task_id)
+        with contextlib.ExitStack() as until_committed, transaction.atomic(using=db.alias):
+            record, owned = _claim(db, message.task_id)
             if owned:
                 task, result = _running(record, started, me)
                 task_started.send_robust(SENDER, task_result=result)
                 value = normalize_json(_call(task, result))
                 checkpoint(pause, "inside-transaction")
-                if not connections[TaskRecord.objects.db].run_on_commit:
+                if not db.run_on_commit:
                     # (The body's on_commit callbacks, if any, must not run in a pipeline.)
-                    until_committed.enter_context(_sent_with_the_commit())
-                done = _mark_done(record, value, started)
+                    until_committed.enter_context(_sent_with_the_commit(db))
+                done = _mark_done(db, record, value, started)
         if not owned and not record.atomic and record.status not in FINAL:
             # Opted out: the body commits on its own; a crash before the mark repeats it.
             task, result = _running(record, started, me)
@@ -205,8 +209,8 @@ def handle(message, ack, pause=None):
                 task_started.send_robust(SENDER, task_result=result)
                 value = normalize_json(_call(task, result))
                 checkpoint(pause, "inside-transaction")
-                with transaction.atomic():
-                    done = _insert_key(record.pk) and _mark_done(record, value, started)
+                with transaction.atomic(using=db.alias):
+                    done = _insert_key(record.pk, db) and _mark_done(db, record, value, started)
     except Exception as error:
         if task is None:
             raise  # not the task's failure (its row could not be read or claimed, or its path not imported)
@@ -232,11 +236,10 @@ def _running(record: TaskRecord, started, me: str):
     return task, backends.to_result(record, task)
 
 
-def _mark_done(record: TaskRecord, value, started) -> bool:
+def _mark_done(connection, record: TaskRecord, value, started) -> bool:
     """The row as done (and `record` as stored, for task_finished)."""
     record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, timezone.now(), value
     record.last_attempted_at, record.attempts = started, record.attempts + 1
-    connection = connections[TaskRecord.objects.db]
     _, _, update, fields = _statements(connection.vendor)
     params = [field.get_db_prep_save(getattr(record, field.attname), connection) for field in fields]
     with connection.cursor() as cursor:
@@ -330,13 +333,14 @@ def _mark_done_many(records: list[TaskRecord]) -> None:
 def _finished(result, record: TaskRecord):
     """The task_finished result of a task done now: its task_started result
     with the done values (no second task.using(), issue 25)."""
-    finished = dataclasses.replace(
-        result,
-        status=TaskResultStatus.SUCCESSFUL,
-        finished_at=record.finished_at,
-        last_attempted_at=record.last_attempted_at,
-    )
-    object.__setattr__(finished, "_return_value", record.return_value)
+    finished = copy.copy(result)  # (not dataclasses.replace: its args were normalized once already)
+    for name, value in (
+        ("status", TaskResultStatus.SUCCESSFUL),
+        ("finished_at", record.finished_at),
+        ("last_attempted_at", record.last_attempted_at),
+        ("_return_value", record.return_value),
+    ):
+        object.__setattr__(finished, name, value)
     return finished
 
 

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from delivery import channel, transport
@@ -330,7 +330,7 @@ def test_the_runner_s_own_sql_reads_and_marks_the_row_as_the_orm_would():
     assert not read._state.adding
     started = timezone.now()
     read.status, read.started_at, read.worker_ids = TaskResultStatus.RUNNING, started, [*read.worker_ids, "w:2"]
-    runner._mark_done(read, {"sum": [3]}, started)
+    runner._mark_done(connection, read, {"sum": [3]}, started)
     done = TaskRecord.objects.get(pk=record.pk)
     assert (done.status, done.attempts, done.return_value) == (TaskResultStatus.SUCCESSFUL, 3, {"sum": [3]})
     assert (done.started_at, done.last_attempted_at, done.worker_ids) == (started, started, ["w:1", "w:2"])
@@ -346,12 +346,12 @@ def test_the_claim_inserts_the_key_only_for_a_task_to_run_here_and_reads_the_row
     or given up, or one that opted out of the shared transaction."""
     record = TaskRecord.objects.create(task_path="tests.task_functions.add", args=[1, 2], kwargs={"x": "é"})
     with transaction.atomic():
-        read, owned = runner._claim(record.pk)
+        read, owned = runner._claim(connection, record.pk)
         assert owned and TaskCompletion.objects.filter(task_id=record.pk).exists()
         stored = TaskRecord.objects.get(pk=record.pk)
         for field in TaskRecord._meta.concrete_fields:
             assert getattr(read, field.attname) == getattr(stored, field.attname), field.name
-        assert runner._claim(record.pk)[1] is False  # the key is there: a repeat runs nothing
+        assert runner._claim(connection, record.pk)[1] is False  # the key is there: a repeat runs nothing
         transaction.set_rollback(True)
     assert not TaskCompletion.objects.exists()  # rolled back with the transaction
     opted_out = TaskRecord.objects.create(task_path="tests.task_functions.insert_row_outside", atomic=False)
@@ -359,11 +359,11 @@ def test_the_claim_inserts_the_key_only_for_a_task_to_run_here_and_reads_the_row
     failed = TaskRecord.objects.create(task_path="tests.task_functions.add", status=TaskResultStatus.FAILED)
     with transaction.atomic():
         for row in (opted_out, done, failed):
-            read, owned = runner._claim(row.pk)
+            read, owned = runner._claim(connection, row.pk)
             assert (read.pk, read.status, owned) == (row.pk, row.status, False)
     assert not TaskCompletion.objects.exists()
     with pytest.raises(TaskRecord.DoesNotExist), transaction.atomic():
-        runner._claim(failed.pk + 1000)
+        runner._claim(connection, failed.pk + 1000)
 
 
 def test_a_body_s_on_commit_callback_runs_after_the_commit_and_its_update_counts():

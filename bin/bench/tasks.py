@@ -34,6 +34,7 @@ NIGHTJAR = apps.is_installed("nightjar_tasks")
 CONTENDERS = {
     "raw_per_delivery": ("raw pika + {db}, per delivery (prefetch 50)", 1),
     "raw_batch50": ("raw pika + {db}, batches of 50 (prefetch 100)", 1),
+    "raw_batch50_each": ("raw pika + {db}, batches of 50, each task's row in a savepoint of its own", 1),
     "dtdb_1proc": ("django-tasks-db 0.13, db_worker --interval 0, 1 process", 1),
     "dtdb_2proc": ("django-tasks-db 0.13, db_worker --interval 0, 2 processes", 2),
     "celery_prefork2": ("Celery 5.7, acks_late, prefork 2 (RabbitMQ)", 2),
@@ -46,6 +47,7 @@ CONTENDERS = {
 PAIRS = [
     ("raw_per_delivery", "nightjar_1proc", 0.6),
     ("raw_batch50", "nightjar_batch_1proc", 0.6),
+    ("raw_batch50_each", "nightjar_batch_1proc", 0.6),
     ("dtdb_1proc", "nightjar_1proc", 3.0),
     ("dtdb_2proc", "nightjar_2proc", 3.0),
     ("dtdb_1proc", "nightjar_batch_1proc", 3.0),
@@ -169,9 +171,14 @@ def peer(key: str, n: int) -> tuple[float, float]:
 def raw(key: str, n: int) -> tuple[float, float]:
     """The raw ceiling: enqueue = the task's row in a transaction of its own,
     then a confirmed publish; consume = per delivery (or 50), the task marked
-    done where it was not, its row written, one transaction, acked after."""
+    done where it was not, its row written, one transaction, acked after.
+    raw_batch50 writes a batch's rows in one multi-row INSERT, which no
+    backend running its users' bodies can do; raw_batch50_each writes them
+    as a backend must, one body after another, each in a savepoint of its
+    own (a body that fails rolls back alone), the floor of Nightjar's batch."""
     reset()
-    batch, prefetch = (50, 100) if key == "raw_batch50" else (1, 50)
+    batch, prefetch = (50, 100) if key.startswith("raw_batch50") else (1, 50)
+    each = key == "raw_batch50_each"
     queue = f"bench.raw-tasks-{uuid.uuid4().hex[:6]}"
     db, mark, begin = sections.dbapi()
     conn = pika.BlockingConnection(amqp.parameters())
@@ -200,7 +207,12 @@ def raw(key: str, n: int) -> tuple[float, float]:
             [now, *ids],
         )
         new = [row[0] for row in cursor.fetchall()]
-        if new:
+        if each:
+            for task_id in new:
+                cursor.execute("SAVEPOINT body")
+                cursor.execute(f"INSERT INTO {ROW_TABLE} (n, written) VALUES ({mark}, {mark})", [task_id, time.time()])
+                cursor.execute("RELEASE SAVEPOINT body")
+        elif new:
             cursor.execute(
                 f"INSERT INTO {ROW_TABLE} (n, written) VALUES " + ", ".join([f"({mark}, {mark})"] * len(new)),
                 [v for task_id in new for v in (task_id, time.time())],
