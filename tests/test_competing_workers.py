@@ -8,7 +8,7 @@ from tests.conftest import TRANSPORT
 from tickets.models import Completion, Registration, Ticket
 from tickets.services.registrations import register_guest, retry_registration
 
-pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize("mode", [(), ("--batch", "50")], ids=["per-delivery", "batch"])

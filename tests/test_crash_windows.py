@@ -9,7 +9,7 @@ from tests.helpers import MODES, break_tickets_table, mend_tickets_table
 from tickets.models import Completion, Ticket
 from tickets.services.registrations import register_guest
 
-pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 # What the database holds once the worker died at each checkpoint.
 STATE_AFTER_DEATH = {

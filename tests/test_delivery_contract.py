@@ -17,7 +17,7 @@ from tickets.models import Completion, ParkedDelivery, Registration, RejectedMes
 from tickets.services.reconcile import reconcile_registrations
 from tickets.services.registrations import register_guest, retry_registration
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def amqp_publish(url: str, queue: str, body: bytes) -> None:

@@ -122,6 +122,7 @@ def test_a_view_only_user_sees_the_desk_but_cannot_reconcile(client):
 
 
 @pytest.mark.broker
+@pytest.mark.postgres
 def test_the_worker_table_shows_workers_running_then_a_killed_one_as_gone(staff, workers, worker_env, settings):
     settings.NIGHTJAR_WORKER_GONE_SECONDS = 3
     env = {**worker_env, "NIGHTJAR_WORKER_REPORT_SECONDS": "0.5"}

@@ -17,7 +17,7 @@ from tests.helpers import MODES
 from tickets import contract
 from tickets.models import Registration, RejectedMessage, Ticket
 
-pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 # One of each kind that broke the worker before: a decoder that raises
 # RecursionError, an oversize body, bytes PostgreSQL's text type refuses,

@@ -75,6 +75,7 @@ def test_the_russian_guide_is_russian_between_the_blocks():
 
 
 @pytest.mark.system
+@pytest.mark.postgres
 @pytest.mark.skipif(
     not os.environ.get("DATABASE_URL"),
     reason="the Russian guide runs in bin/test's PostgreSQL leg (the English one in the SQLite legs)",

@@ -19,7 +19,7 @@ from tickets import contract
 from tickets.models import DeliveryFailure, ParkedDelivery, RejectedMessage, StaffAction
 from tickets.services.registrations import parked_without_ticket, register_guest
 
-pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 LIMIT = 2  # the broker's backstop (Redis: the transport's) dead-letters on the third return
 
 

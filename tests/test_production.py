@@ -61,6 +61,7 @@ def test_junk_in_a_setting_fails_loudly():
 
 
 @pytest.mark.broker
+@pytest.mark.postgres
 @pytest.mark.django_db
 def test_healthz_is_200_when_database_and_rabbitmq_answer(client, settings):
     settings.NIGHTJAR_HEALTH_CACHE_SECONDS = 0  # each answer fresh: the broker changes within the test

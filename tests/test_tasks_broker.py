@@ -19,7 +19,7 @@ from tests import task_functions as tasks
 from tests.conftest import ROOT
 from tests.helpers import MODES
 
-pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 TASKS = ("--channel", "tasks")
 

@@ -20,7 +20,7 @@ from tickets.models import Completion, ParkedDelivery, Registration
 from tickets.services.reconcile import collect_dead_letters, requeue_parked
 from tickets.services.registrations import NightjarError, pending_registrations, register_guest
 
-pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 START_HANDLER = str(ROOT / "tickets" / "lab_files" / "start_handler.py")
 
