@@ -13,6 +13,11 @@ decorator (`@pytest.mark.fast`); a test in none, or in two, is a collection erro
   real worker processes, crash windows, hostile bodies.
 - system: gunicorn, Chromium, the cluster and partition tests, soaks.
 
+Across the tiers, `postgres` marks a test whose promise rests on what the
+database does (transactions, locks, rollbacks, stored bytes): bin/test's
+PostgreSQL leg runs those and the fast tier; `amqp_only` one that proves
+what only RabbitMQ has (left out of the Redis leg).
+
 A node that cannot start is a failure, never a skip: every guarantee Nightjar
 makes is proven against the real broker — the in-memory transport proves none.
 """
