@@ -187,7 +187,7 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Tests run workers as separate processes, so the test database must be
     # a file they can open, never an in-memory one.
     _database["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
-# PostgreSQL: the worker's statements (bound on the server, models.execute)
+# PostgreSQL: the worker's statements (bound on the server, delivery/sql.py)
 # become prepared statements of their connection after 5 runs. Django leaves
 # them off for poolers: 0 behind one that does not keep them across
 # transactions (PgBouncer in transaction mode before 1.21).

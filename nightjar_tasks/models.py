@@ -29,7 +29,9 @@ class TaskRecord(models.Model):
     priority = models.IntegerField(default=0)
     takes_context = models.BooleanField(default=False)
     run_after = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=20, choices=STATUSES, default=TaskResultStatus.READY, db_index=True)
+    # (No index of its own: nightjar_task_due, (status, published_at), serves a lookup by status
+    # too, and each index is one more page the worker writes for every task it marks done.)
+    status = models.CharField(max_length=20, choices=STATUSES, default=TaskResultStatus.READY)
     enqueued_at = models.DateTimeField(default=timezone.now)
     # When it was last handed to the broker (None: not yet, e.g. deferred or
     # waiting for a retry); reconcile publishes READY rows by this.

@@ -25,6 +25,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from delivery import sql
 from delivery.checkpoints import checkpoint
 from delivery.codec import storable_text
 from delivery.recording import record_rejection
@@ -85,12 +86,10 @@ def _read(pk: int, connection=None) -> TaskRecord:
     """TaskRecord.objects.get(pk=pk), without the query compiler."""
     connection = connection or connections[TaskRecord.objects.db]
     select, _, _, _ = _statements(connection.vendor)
-    with connection.cursor() as cursor:
-        cursor.execute(select, [pk])
-        row = cursor.fetchone()
-    if row is None:
+    rows = sql.execute(select, [pk], using=connection.alias)
+    if not rows:
         raise TaskRecord.DoesNotExist(f"No task {pk}")
-    return _record(connection, row)
+    return _record(connection, rows[0])
 
 
 def _record(connection, row) -> TaskRecord:
@@ -131,13 +130,11 @@ def _claim(connection, pk: int) -> tuple[TaskRecord, bool]:
         record = _read(pk, connection)
         owned = record.atomic and record.status not in FINAL and _insert_key(pk, connection)
         return record, owned
-    now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
-    with connection.cursor() as cursor:
-        cursor.execute(_claim_statement(connection.vendor), [now, pk, *FINAL, pk])
-        row = cursor.fetchone()
-    if row is None:
+    now = sql.stored_now(connection.alias)
+    rows = sql.execute(_claim_statement(connection.vendor), [now, pk, *FINAL, pk], using=connection.alias)
+    if not rows:
         raise TaskRecord.DoesNotExist(f"No task {pk}")
-    return _record(connection, row[:-1]), row[-1]
+    return _record(connection, rows[0][:-1]), rows[0][-1]
 
 
 @contextlib.contextmanager
@@ -167,14 +164,13 @@ def _insert_key(task_id: int, connection=None) -> bool:
     transaction and then does nothing (PostgreSQL), or waits for the write
     lock (SQLite, immediate transactions), so two workers never both run it."""
     table = TaskCompletion._meta.db_table
-    connection = connection or connections[TaskCompletion.objects.db]
-    now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (task_id, completed) VALUES (%s, %s) ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
-            [task_id, now],
-        )
-        return cursor.fetchone() is not None
+    alias = connection.alias if connection else TaskCompletion.objects.db
+    inserted = sql.execute(
+        f"INSERT INTO {table} (task_id, completed) VALUES (%s, %s) ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
+        [task_id, sql.stored_now(alias)],
+        using=alias,
+    )
+    return bool(inserted)
 
 
 def handle(message, ack, pause=None):
@@ -242,8 +238,8 @@ def _mark_done(connection, record: TaskRecord, value, started) -> bool:
     record.last_attempted_at, record.attempts = started, record.attempts + 1
     _, _, update, fields = _statements(connection.vendor)
     params = [field.get_db_prep_save(getattr(record, field.attname), connection) for field in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(update, [*params, record.pk])
+    # (No rows to fetch: in a psycopg pipeline they are not there before the commit's sync.)
+    sql.execute(update, [*params, record.pk], using=connection.alias, fetch=False)
     return True
 
 

@@ -298,7 +298,7 @@ def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
 
 @pytest.mark.fast
 def test_the_workers_plain_statements_store_times_and_rows_as_the_orm_would():
-    """The hot path writes through the DB-API cursor (models.execute): what
+    """The hot path writes through the DB-API cursor (delivery/sql.py): what
     it stores must read back through the ORM exactly as an ORM write would."""
     registration = Registration.objects.create(name="Plain Writer")
     before = timezone.now()

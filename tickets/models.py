@@ -1,63 +1,15 @@
 """Nightjar's rows. Models hold data and invariants; they never touch RabbitMQ."""
 
 import base64
-import functools
 import hmac
 import secrets
 
-from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db import models
 from django.utils import timezone
 
 from delivery import records
+from delivery.sql import execute, stored_now, vendor
 from tickets.contract import MAX_NAME_CODE_POINTS, format_code
-
-
-def execute(sql: str, params: list) -> list[tuple]:
-    """Run one statement (written with %s) on the DB-API cursor beneath
-    Django's wrapper: same connection, same transaction, Django's exception
-    classes. For the statements the worker runs for every delivery: the
-    wrapper's own per-call work costs about as much as the statement itself
-    on SQLite (~35 µs; measured for bin/benchmark.py's worker rows)."""
-    # One lookup of the connection: the `connection` proxy pays one on every attribute.
-    db = connections[DEFAULT_DB_ALIAS]
-    if db.connection is None:
-        db.ensure_connection()
-    if db.vendor == "sqlite":
-        sql = sql.replace("%s", "?")
-    with db.wrap_database_errors:
-        cursor = server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
-        try:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else []
-        finally:
-            cursor.close()
-
-
-def server_side_cursor(raw):
-    """psycopg's own cursor: parameters travel apart from the SQL and are
-    adapted in C. Django's cursor binds on the client, formatting each value
-    into the text in Python — ~2 ms for a batch's 200 values (bin/benchmark.py).
-    A statement run 5 times becomes a prepared statement of the connection
-    (NIGHTJAR_PREPARED_STATEMENTS, settings.py): planning a 50-row INSERT
-    costs about as much as running it (~0.2 ms)."""
-    import psycopg
-
-    return psycopg.Cursor(raw)
-
-
-@functools.cache
-def vendor() -> str:
-    """The default database's vendor, looked up once: `connections[...]` costs
-    a few µs each time (asgiref Local), and the hot path asks several times
-    per delivery. A process never changes its database."""
-    return connections[DEFAULT_DB_ALIAS].vendor
-
-
-def stored_now():
-    """Now, as a plain cursor stores a DateTimeField: Django writes UTC
-    (TIME_ZONE is UTC), as text on SQLite; PostgreSQL takes the datetime."""
-    now = timezone.now()
-    return str(now.replace(tzinfo=None)) if vendor() == "sqlite" else now
 
 
 def new_secret() -> str:
