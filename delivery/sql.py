@@ -8,10 +8,11 @@ Used by the channels' hot paths (tickets' keys and tickets, nightjar_tasks'
 runner); everything else goes through the ORM."""
 
 import functools
-from datetime import UTC
+from datetime import UTC, datetime
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 
 def execute(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS, fetch: bool = True) -> list[tuple]:
@@ -28,6 +29,21 @@ def execute(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS, fetch: boo
         try:
             cursor.execute(sql, params)
             return cursor.fetchall() if fetch and cursor.description else []
+        finally:
+            cursor.close()
+
+
+def execute_many(sql: str, rows: list[list], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """One statement (written with %s) for each row of parameters."""
+    db = connections[using]
+    if db.connection is None:
+        db.ensure_connection()
+    if db.vendor == "sqlite":
+        sql = sql.replace("%s", "?")
+    with db.wrap_database_errors:
+        cursor = server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
+        try:
+            cursor.executemany(sql, rows)
         finally:
             cursor.close()
 
@@ -60,3 +76,17 @@ def stored(moment, using: str = DEFAULT_DB_ALIAS):
 
 def stored_now(using: str = DEFAULT_DB_ALIAS):
     return stored(timezone.now(), using)
+
+
+def loaded(value, expression=None, connection=None):
+    """A DateTimeField's value as SQLite returns it (UTC text, as stored()
+    writes it), as the aware datetime Django's converter makes of it; for
+    the hot path's reads (a converter's signature: value, expression,
+    connection). Anything else is Django's to parse."""
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        parsed = parse_datetime(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

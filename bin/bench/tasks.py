@@ -3,13 +3,15 @@
 Nightjar's (nightjar_tasks; per delivery and batch, 1 and 2 worker
 processes), django-tasks-db 0.13 (`db_worker --interval 0`, 1 and 2
 processes), Celery 5.7 (acks_late, prefork 2, RabbitMQ) and the raw ceiling
-(pika + sqlite3/psycopg: the task's row marked done and its effect written
-in one transaction, acked after the commit). Measured in pairs, as the
-pairs section: each run measures the reference right before the contender,
-and a ratio is the median of the runs' ratios. Throughput is rows / (last
-row written - first), the same clock for every contender; enqueue cost is
-the N enqueue calls' time / N, each call outside any transaction, in a
-process of the contender's own."""
+(pika + sqlite3/psycopg: the task claimed, its row written and the task
+marked done in one transaction, acked after the commit; as the ticket pairs'
+ceilings, on the backend's own tables, and lean, on a table of three columns
+without an index, to show what the schema itself costs). Measured in pairs,
+as the pairs section: each run measures the reference right before the
+contender, and a ratio is the median of the runs' ratios. Throughput is
+rows / (last row written - first), the same clock for every contender;
+enqueue cost is the N enqueue calls' time / N, each call outside any
+transaction, in a process of the contender's own."""
 
 import json
 import os
@@ -17,6 +19,7 @@ import statistics
 import subprocess
 import time
 import uuid
+from datetime import UTC, datetime
 
 import pika
 from django.apps import apps
@@ -28,13 +31,18 @@ from bench.peers import ROW_TABLE
 from delivery.transport import amqp
 
 RAW_TASK_TABLE = "bench_raw_task"
+TASK_TABLE, KEY_TABLE = "nightjar_tasks_taskrecord", "nightjar_tasks_taskcompletion"
 NIGHTJAR = apps.is_installed("nightjar_tasks")
 
 # key -> (label, worker processes)
 CONTENDERS = {
-    "raw_per_delivery": ("raw pika + {db}, per delivery (prefetch 50)", 1),
-    "raw_batch50": ("raw pika + {db}, batches of 50 (prefetch 100)", 1),
-    "raw_batch50_each": ("raw pika + {db}, batches of 50, each task's row in a savepoint of its own", 1),
+    "raw_per_delivery": ("raw pika + {db} on the backend's tables, per delivery (prefetch 50)", 1),
+    "raw_lean_per_delivery": ("raw lean pika + {db}, per delivery (prefetch 50)", 1),
+    "raw_batch50_each": (
+        "raw pika + {db} on the backend's tables, batches of 50 (prefetch 100), each task's row in a savepoint",
+        1,
+    ),
+    "raw_lean_batch50": ("raw lean pika + {db}, batches of 50 (prefetch 100), one multi-row INSERT", 1),
     "dtdb_1proc": ("django-tasks-db 0.13, db_worker --interval 0, 1 process", 1),
     "dtdb_2proc": ("django-tasks-db 0.13, db_worker --interval 0, 2 processes", 2),
     "celery_prefork2": ("Celery 5.7, acks_late, prefork 2 (RabbitMQ)", 2),
@@ -46,8 +54,9 @@ CONTENDERS = {
 # (reference, contender, the target of contender/reference per worker process, or None)
 PAIRS = [
     ("raw_per_delivery", "nightjar_1proc", 0.6),
-    ("raw_batch50", "nightjar_batch_1proc", 0.6),
+    ("raw_lean_per_delivery", "nightjar_1proc", 0.6),
     ("raw_batch50_each", "nightjar_batch_1proc", 0.6),
+    ("raw_lean_batch50", "nightjar_batch_1proc", 0.6),
     ("dtdb_1proc", "nightjar_1proc", 3.0),
     ("dtdb_2proc", "nightjar_2proc", 3.0),
     ("dtdb_1proc", "nightjar_batch_1proc", 3.0),
@@ -170,15 +179,21 @@ def peer(key: str, n: int) -> tuple[float, float]:
 
 def raw(key: str, n: int) -> tuple[float, float]:
     """The raw ceiling: enqueue = the task's row in a transaction of its own,
-    then a confirmed publish; consume = per delivery (or 50), the task marked
-    done where it was not, its row written, one transaction, acked after.
-    raw_batch50 writes a batch's rows in one multi-row INSERT, which no
-    backend running its users' bodies can do; raw_batch50_each writes them
-    as a backend must, one body after another, each in a savepoint of its
-    own (a body that fails rolls back alone), the floor of Nightjar's batch."""
+    then a confirmed publish; consume = per delivery (or 50), one transaction
+    that claims the tasks not done yet, writes their rows and marks them
+    done, acked after the commit.
+
+    On the backend's own tables (as the ticket pairs' raw ceilings), the
+    statements Nightjar's runner sends: the task's row read and its
+    completion key inserted (one statement on PostgreSQL), the body's row,
+    the done-mark UPDATE (sent with the COMMIT on PostgreSQL), each task's
+    row in a savepoint of its own in a batch (a body that fails rolls back
+    alone). Lean: a task table of id, status and finish time, no index, and a
+    batch's rows in one multi-row INSERT, which no backend running its users'
+    bodies can do."""
     reset()
-    batch, prefetch = (50, 100) if key.startswith("raw_batch50") else (1, 50)
-    each = key == "raw_batch50_each"
+    batch, prefetch = (50, 100) if "batch50" in key else (1, 50)
+    lean = "lean" in key
     queue = f"bench.raw-tasks-{uuid.uuid4().hex[:6]}"
     db, mark, begin = sections.dbapi()
     conn = pika.BlockingConnection(amqp.parameters())
@@ -187,10 +202,11 @@ def raw(key: str, n: int) -> tuple[float, float]:
     channel.confirm_delivery()
     props = pika.BasicProperties(delivery_mode=2, content_type="application/json")
     cursor = db.cursor()
+    statements = LeanStatements(mark) if lean else TableStatements(mark)
     started = time.perf_counter()
-    for _ in range(n):
+    for number in range(n):
         cursor.execute(begin)
-        cursor.execute(f"INSERT INTO {RAW_TASK_TABLE} (status) VALUES ('READY') RETURNING id")
+        cursor.execute(*statements.enqueue(number))
         task_id = cursor.fetchone()[0]
         cursor.execute("COMMIT")
         channel.basic_publish("", queue, json.dumps({"task": task_id}).encode(), props)
@@ -198,26 +214,15 @@ def raw(key: str, n: int) -> tuple[float, float]:
 
     def commit(bodies: list[bytes]) -> None:
         ids = [json.loads(body)["task"] for body in bodies]
-        now = time.time()
         cursor.execute(begin)
-        cursor.execute(
-            f"UPDATE {RAW_TASK_TABLE} SET status = 'DONE', finished = {mark} WHERE status = 'READY' AND id IN ("
-            + ", ".join([mark] * len(ids))
-            + ") RETURNING id",
-            [now, *ids],
-        )
-        new = [row[0] for row in cursor.fetchall()]
-        if each:
-            for task_id in new:
-                cursor.execute("SAVEPOINT body")
-                cursor.execute(f"INSERT INTO {ROW_TABLE} (n, written) VALUES ({mark}, {mark})", [task_id, time.time()])
-                cursor.execute("RELEASE SAVEPOINT body")
-        elif new:
-            cursor.execute(
-                f"INSERT INTO {ROW_TABLE} (n, written) VALUES " + ", ".join([f"({mark}, {mark})"] * len(new)),
-                [v for task_id in new for v in (task_id, time.time())],
-            )
-        cursor.execute("COMMIT")
+        statements.run(cursor, ids, each=batch > 1)
+        if connection.vendor == "postgresql" and not lean:
+            with db.pipeline():  # the done-mark sent with the COMMIT, as the runner does
+                statements.mark_done(cursor)
+                cursor.execute("COMMIT")
+        else:
+            statements.mark_done(cursor)
+            cursor.execute("COMMIT")
 
     channel.basic_qos(prefetch_count=prefetch)
     done, pending = 0, []
@@ -241,6 +246,99 @@ def raw(key: str, n: int) -> tuple[float, float]:
     return (n - 1) / seconds, micros
 
 
+def stamp():
+    """Now, as the database stores a DateTimeField (UTC text on SQLite)."""
+    now = datetime.now(UTC)
+    return str(now.replace(tzinfo=None)) if connection.vendor == "sqlite" else now
+
+
+class LeanStatements:
+    """A task table of three columns; a batch's rows in one INSERT."""
+
+    def __init__(self, mark: str) -> None:
+        self.mark, self.done = mark, []
+
+    def enqueue(self, number: int):
+        return f"INSERT INTO {RAW_TASK_TABLE} (status) VALUES ('READY') RETURNING id", []
+
+    def run(self, cursor, ids: list[int], *, each: bool) -> None:
+        mark = self.mark
+        cursor.execute(
+            f"UPDATE {RAW_TASK_TABLE} SET status = 'DONE', finished = {mark} WHERE status = 'READY' AND id IN ("
+            + ", ".join([mark] * len(ids))
+            + ") RETURNING id",
+            [time.time(), *ids],
+        )
+        new = [row[0] for row in cursor.fetchall()]
+        if new:
+            cursor.execute(
+                f"INSERT INTO {ROW_TABLE} (n, written) VALUES " + ", ".join([f"({mark}, {mark})"] * len(new)),
+                [v for task_id in new for v in (task_id, time.time())],
+            )
+
+    def mark_done(self, cursor) -> None:
+        pass  # (the UPDATE above marked them)
+
+
+class TableStatements:
+    """Nightjar's task row and completion key, written as its runner does."""
+
+    def __init__(self, mark: str) -> None:
+        self.mark, self.done = mark, []
+        self.pg = connection.vendor == "postgresql"
+        self.json = f"{mark}::jsonb" if self.pg else mark
+
+    def enqueue(self, number: int):
+        mark, now = self.mark, stamp()
+        columns = "task_path, args, kwargs, queue_name, backend, priority, takes_context, status, enqueued_at, "
+        columns += "published_at, errors, worker_ids, attempts, requeued_at_attempt, atomic"
+        values = f"{mark}, {self.json}, {self.json}, 'default', 'default', 0, FALSE, 'READY', {mark}, {mark}, "
+        values += f"{self.json}, {self.json}, 0, 0, TRUE"
+        sql = f"INSERT INTO {TASK_TABLE} ({columns}) VALUES ({values}) RETURNING id"
+        return sql, ["bench.peers.tasks.write_row", json.dumps([number]), "{}", now, now, "[]", "[]"]
+
+    def run(self, cursor, ids: list[int], *, each: bool) -> None:
+        mark, now = self.mark, stamp()
+        marks = ", ".join([mark] * len(ids))
+        claim = (
+            f"INSERT INTO {KEY_TABLE} (task_id, completed) SELECT id, {mark} FROM {TASK_TABLE} "
+            f"WHERE id IN ({marks}) AND atomic AND status NOT IN ('SUCCESSFUL', 'FAILED') "
+            "ON CONFLICT (task_id) DO NOTHING RETURNING task_id"
+        )
+        if self.pg:  # the key and the row in one statement, as the runner's claim
+            cursor.execute(
+                f"WITH claim AS ({claim}) SELECT id, args, worker_ids FROM {TASK_TABLE} WHERE id IN (SELECT task_id FROM claim)",
+                [now, *ids],
+            )
+            owned = cursor.fetchall()
+        else:  # the row read, then the key (SQLite: one writer at a time already)
+            cursor.execute(f"SELECT id, args, worker_ids FROM {TASK_TABLE} WHERE id IN ({marks})", ids)
+            rows = cursor.fetchall()
+            cursor.execute(claim, [now, *ids])
+            keys = {row[0] for row in cursor.fetchall()}
+            owned = [row for row in rows if row[0] in keys]
+        self.done = []
+        for task_id, args, worker_ids in owned:
+            args = json.loads(args) if isinstance(args, str) else args
+            workers = json.loads(worker_ids) if isinstance(worker_ids, str) else worker_ids
+            if each:
+                cursor.execute("SAVEPOINT body")
+            cursor.execute(f"INSERT INTO {ROW_TABLE} (n, written) VALUES ({mark}, {mark})", [args[0], time.time()])
+            if each:
+                cursor.execute("RELEASE SAVEPOINT body")
+            done = stamp()
+            self.done.append([now, now, done, json.dumps([*workers, "raw"]), task_id])
+
+    def mark_done(self, cursor) -> None:
+        mark, json_mark = self.mark, self.json
+        cursor.executemany(
+            f"UPDATE {TASK_TABLE} SET status = 'SUCCESSFUL', started_at = {mark}, last_attempted_at = {mark}, "
+            f"finished_at = {mark}, return_value = NULL, worker_ids = {json_mark}, attempts = attempts + 1 "
+            f"WHERE id = {mark}",
+            self.done,
+        )
+
+
 def measure(key: str, n: int) -> tuple[float, float]:
     return raw(key, n) if key.startswith("raw") else peer(key, n)
 
@@ -249,7 +347,9 @@ def bench_tasks(n: int, quick: bool) -> None:
     where = "SQLite" if connection.vendor == "sqlite" else "PostgreSQL"
     library = "sqlite3" if connection.vendor == "sqlite" else "psycopg"
     prepare_schema()
-    pairs = PAIRS if NIGHTJAR else [(reference, None, None) for reference in dict.fromkeys(r for r, _, _ in PAIRS)]
+    # Without nightjar_tasks: the peers and the lean ceilings alone (the others write to its tables).
+    alone = dict.fromkeys(r for r, _, _ in PAIRS if "lean" in r or not r.startswith("raw"))
+    pairs = PAIRS if NIGHTJAR else [(reference, None, None) for reference in alone]
     if not NIGHTJAR:
         say("  (nightjar_tasks is not installed: the peers alone, no pairs)")
     say(
