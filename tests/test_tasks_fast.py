@@ -4,7 +4,7 @@ is proven with real brokers and killed worker processes in
 tests/test_tasks_broker.py."""
 
 import io
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -12,8 +12,10 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.utils import timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from delivery import channel, transport
+from delivery import channel, sql, transport
 from delivery import reconcile as engine
 from delivery.worker import Worker
 from nightjar_tasks import messages, publishing, runner
@@ -364,6 +366,54 @@ def test_the_claim_inserts_the_key_only_for_a_task_to_run_here_and_reads_the_row
     assert not TaskCompletion.objects.exists()
     with pytest.raises(TaskRecord.DoesNotExist), transaction.atomic():
         runner._claim(connection, failed.pk + 1000)
+
+
+def test_a_batch_s_rows_and_its_done_marks_are_what_the_orm_reads_and_writes():
+    """runner._read_many (a batch's rows, no query compiler) reads what
+    in_bulk reads; _done_values prepares what the fields' get_db_prep_save
+    prepares, so a row marked done by the hot path reads back as the ORM
+    wrote it (the datetimes: delivery/sql.py's stored and loaded)."""
+    moments = [timezone.now(), timezone.now().replace(microsecond=0), timezone.now() - timedelta(days=400)]
+    records = [
+        TaskRecord.objects.create(
+            task_path="tests.task_functions.add", args=[n], started_at=moment, run_after=moment, worker_ids=["w:1"]
+        )
+        for n, moment in enumerate(moments)
+    ]
+    pks = [record.pk for record in records]
+    read = runner._read_many([*pks, pks[0], 10**9])  # a repeat and a missing id, as in_bulk takes them
+    orm = TaskRecord.objects.in_bulk(pks)
+    assert set(read) == set(orm) == set(pks)
+    for pk in pks:
+        for field in TaskRecord._meta.concrete_fields:
+            assert getattr(read[pk], field.attname) == getattr(orm[pk], field.attname), field.name
+    _, _, _, fields = runner._statements(connection.vendor)
+    for record, moment in zip(records, moments, strict=True):
+        record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, moment, {"é": [1]}
+        record.last_attempted_at = moment
+        ours = runner._done_values(connection, record, fields)
+        django_s = [field.get_db_prep_save(getattr(record, field.attname), connection) for field in fields]
+        unwrapped = lambda values: [getattr(value, "obj", value) for value in values]  # noqa: E731 (psycopg's Jsonb)
+        assert unwrapped(ours) == unwrapped(django_s)
+    runner._mark_done_many(records)
+    for record, moment in zip(records, moments, strict=True):
+        stored = TaskRecord.objects.get(pk=record.pk)
+        assert (stored.finished_at, stored.last_attempted_at, stored.started_at) == (moment, moment, moment)
+        assert (stored.status, stored.return_value, stored.attempts) == ("SUCCESSFUL", {"é": [1]}, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_a_datetime_stored_then_loaded_is_the_same_instant_as_django_s_own(moment):
+    """delivery/sql.py writes and reads a DateTimeField as Django's own
+    adapter and converter do (for any aware datetime; SQLite keeps UTC text)."""
+    ops = connection.ops
+    assert sql.stored(moment) == ops.adapt_datetimefield_value(moment)
+    if connection.vendor == "sqlite":
+        text = sql.stored(moment)
+        django_s = ops.convert_datetimefield_value(text, None, connection)
+        assert sql.loaded(text) == django_s == moment
+    assert sql.loaded(None) is None
 
 
 def test_a_body_s_on_commit_callback_runs_after_the_commit_and_its_update_counts():
