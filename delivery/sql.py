@@ -7,6 +7,7 @@ Django's PostgreSQL cursor formats each value into the SQL text in Python.
 Used by the channels' hot paths (tickets' keys and tickets, nightjar_tasks'
 runner); everything else goes through the ORM."""
 
+import contextlib
 import functools
 from datetime import UTC, datetime
 
@@ -19,6 +20,21 @@ def execute(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS, fetch: boo
     """Run one statement (written with %s) and return its rows ([] for one
     that returns none, or with fetch=False: inside a psycopg pipeline a
     statement's rows are not there until the pipeline syncs)."""
+    with _cursor(using, sql) as (cursor, sql):
+        cursor.execute(sql, params)
+        return cursor.fetchall() if fetch and cursor.description else []
+
+
+def execute_many(sql: str, rows: list[list], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """One statement (written with %s) for each row of parameters."""
+    with _cursor(using, sql) as (cursor, sql):
+        cursor.executemany(sql, rows)
+
+
+@contextlib.contextmanager
+def _cursor(using: str, sql: str):
+    """The DB-API cursor and the statement in its parameter style, inside
+    Django's error wrapper."""
     db = connections[using]  # one lookup: the `connection` proxy pays one on every attribute
     if db.connection is None:
         db.ensure_connection()
@@ -27,23 +43,7 @@ def execute(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS, fetch: boo
     with db.wrap_database_errors:
         cursor = server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
         try:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if fetch and cursor.description else []
-        finally:
-            cursor.close()
-
-
-def execute_many(sql: str, rows: list[list], *, using: str = DEFAULT_DB_ALIAS) -> None:
-    """One statement (written with %s) for each row of parameters."""
-    db = connections[using]
-    if db.connection is None:
-        db.ensure_connection()
-    if db.vendor == "sqlite":
-        sql = sql.replace("%s", "?")
-    with db.wrap_database_errors:
-        cursor = server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
-        try:
-            cursor.executemany(sql, rows)
+            yield cursor, sql
         finally:
             cursor.close()
 
