@@ -83,10 +83,20 @@ def loaded(value, expression=None, connection=None):
     writes it), as the aware datetime Django's converter makes of it; for
     the hot path's reads (a converter's signature: value, expression,
     connection). Anything else is Django's to parse."""
-    if value is None or isinstance(value, datetime):
-        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        parsed = parse_datetime(value)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            value = parse_datetime(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@functools.cache
+def plain_datetimes(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether stored() and loaded() write and read this database's
+    datetimes as Django would: PostgreSQL's always, SQLite's when it keeps
+    them in UTC (no TIME_ZONE of its own in DATABASES)."""
+    connection = connections[using]
+    return connection.vendor == "postgresql" or (connection.vendor == "sqlite" and connection.timezone_name == "UTC")

@@ -71,7 +71,7 @@ def _statements(vendor: str):
     columns = [field.get_col(table) for field in _FIELDS]
     converters = [
         [sql.loaded]
-        if vendor == "sqlite" and _plain_datetimes(connection.alias) and isinstance(column.target, DateTimeField)
+        if vendor == "sqlite" and sql.plain_datetimes(connection.alias) and isinstance(column.target, DateTimeField)
         # (Django's converter parses the text with a regex: 6 per row, 300 per batch, issue 25)
         else [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
         for column in columns
@@ -264,23 +264,14 @@ def _mark_done(connection, record: TaskRecord, value, started) -> bool:
     return True
 
 
-@functools.cache
-def _plain_datetimes(alias: str) -> bool:
-    """Whether delivery/sql.py's stored() and loaded() write and read this
-    database's datetimes as Django would: PostgreSQL's always, SQLite's when
-    it keeps them in UTC (no TIME_ZONE of its own in DATABASES)."""
-    connection = connections[alias]
-    return connection.vendor == "postgresql" or (connection.vendor == "sqlite" and connection.timezone_name == "UTC")
-
-
 def _done_values(connection, record: TaskRecord, fields) -> list:
     """The done-mark's values as the fields prepare them; the datetimes (all
     aware, from timezone.now()) as the database stores them, without the
     field's per-value checks: a batch prepares 300 of them."""
-    values = []
+    plain, values = sql.plain_datetimes(connection.alias), []
     for field in fields:
         value = getattr(record, field.attname)
-        if value is not None and isinstance(field, DateTimeField) and _plain_datetimes(connection.alias):
+        if plain and value is not None and isinstance(field, DateTimeField):
             values.append(sql.stored(value, connection.alias))
         else:
             values.append(field.get_db_prep_save(value, connection))
