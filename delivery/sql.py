@@ -11,7 +11,8 @@ import contextlib
 import functools
 from datetime import UTC, datetime
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, Error, connections
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -29,6 +30,55 @@ def execute_many(sql: str, rows: list[list], *, using: str = DEFAULT_DB_ALIAS) -
     """One statement (written with %s) for each row of parameters."""
     with _cursor(using, sql) as (cursor, sql):
         cursor.executemany(sql, rows)
+
+
+MARKED_FOR_ROLLBACK = (
+    "The code run in the transaction (a handler, a task's body) caught a database error, so Django marked"
+    " the transaction for rollback: its writes would not be committed. Let the error propagate (a failure, retried), or"
+    " run the statement that may fail in a transaction.atomic() block of its own to catch it there."
+)
+
+
+def refuse_marked_for_rollback(using: str = DEFAULT_DB_ALIAS) -> None:
+    """Raise TransactionManagementError when a handler returned normally but
+    left its transaction marked for rollback (it caught a failed statement's
+    error: Model.save() marks it so). Committing would silently drop its
+    writes while the outcome says done; the caller treats it as a failure."""
+    if connections[using].needs_rollback:
+        raise TransactionManagementError(MARKED_FOR_ROLLBACK)
+
+
+@contextlib.contextmanager
+def savepoint(using: str = DEFAULT_DB_ALIAS, name: str = "nightjar_body"):
+    """transaction.atomic() nested in a transaction, as Django's own does it,
+    for a batch's bodies (one per delivery): SAVEPOINT; on an exception
+    ROLLBACK TO it and RELEASE it, drop the on_commit callbacks registered
+    since (Django's savepoint rollback drops those of its savepoint) and
+    clear the rollback mark (the rollback undid what caused it); a body that
+    returns leaving the transaction marked for rollback raises
+    refuse_marked_for_rollback's error (Django's atomic would roll back
+    silently). Django's atomic costs ~35 µs a savepoint on SQLite (its cursor
+    per statement, the savepoint bookkeeping); this ~3 µs. Its own
+    transaction.atomic() blocks nest inside as usual."""
+    db = connections[using]
+    if not db.in_atomic_block:
+        raise TransactionManagementError("sql.savepoint() is for inside a transaction.atomic() block.")
+    callbacks = len(db.run_on_commit)
+    execute(f"SAVEPOINT {name}", [], using=using, fetch=False)
+    try:
+        yield
+        refuse_marked_for_rollback(using)
+    except BaseException:
+        try:
+            execute(f"ROLLBACK TO SAVEPOINT {name}", [], using=using, fetch=False)
+            execute(f"RELEASE SAVEPOINT {name}", [], using=using, fetch=False)
+        except Error:
+            db.needs_rollback = True  # as Django's atomic: the outer transaction is lost, the first error stands
+        else:
+            db.needs_rollback = False
+        del db.run_on_commit[callbacks:]
+        raise
+    execute(f"RELEASE SAVEPOINT {name}", [], using=using, fetch=False)
 
 
 @contextlib.contextmanager

@@ -191,7 +191,7 @@ class Worker:
             self.on = f"batch of {len(deliveries)}, {user.label(min(keys))}–{user.label(max(keys))}"
         tags = [delivery.tag for delivery in deliveries]
         ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
-        new = user.handle_batch(messages, rejections, ack_all, self.pause)
+        new = user.handle_batch(messages, rejections, ack_all, self.pause, stored)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
         self.handled += len(messages)

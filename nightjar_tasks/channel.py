@@ -36,7 +36,6 @@ def task_key(code: str) -> int:
 class TasksChannel(channel.Channel):
     decode = staticmethod(messages.decode)
     hinted_ids = staticmethod(messages.hinted_ids)
-    check_stored = staticmethod(messages.check_stored)
     claimed_id = staticmethod(messages.claimed_id)
     label = staticmethod(label)
     handler_help = "nightjar_tasks.runner.handle"
@@ -63,8 +62,13 @@ class TasksChannel(channel.Channel):
 
     @staticmethod
     def stored(ids):
-        rows = TaskRecord.objects.filter(pk__in=ids).values_list("pk", "task_path", "enqueued_at")
-        return {pk: (path, enqueued.timestamp()) for pk, path, enqueued in rows}
+        """{id: (runner.Screened: its path and its whole row, when enqueued)}: a
+        batch builds its records from these rows (runner.handle_batch)."""
+        return runner.screened(ids)
+
+    @staticmethod
+    def check_stored(message, stored) -> None:
+        messages.check_stored(message, stored.path if stored is not None else None)
 
     @staticmethod
     def made_since(intent_id, since) -> bool:
@@ -79,8 +83,8 @@ class TasksChannel(channel.Channel):
         except ImportError as error:
             raise channel.HandlerError(f"Cannot load the task handler {spec!r}: {error}") from None
 
-    def handle_batch(self, messages_, rejections, ack_all, pause):
-        return runner.handle_batch(messages_, rejections, ack_all, pause)
+    def handle_batch(self, messages_, rejections, ack_all, pause, stored):
+        return runner.handle_batch(messages_, rejections, ack_all, pause, stored)
 
     # -- reconcile and parking --
 

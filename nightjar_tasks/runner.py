@@ -20,6 +20,7 @@ import functools
 import os
 import socket
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.db import connections, transaction
 from django.db.models import DateTimeField
@@ -60,7 +61,8 @@ def _worker_id(pid: int) -> str:
 # of a delivery (a profile of `worker --channel tasks`, issue 25). The same
 # statements the ORM would send, the values prepared and converted by the
 # fields themselves (JSON, datetimes), so nothing differs in what is stored.
-_FIELDS = [field for field in TaskRecord._meta.concrete_fields]
+_FIELDS = [field for field in TaskRecord._meta.concrete_fields]  # the id first (_rows keys by row[0])
+_PATH, _ENQUEUED = (_FIELDS.index(TaskRecord._meta.get_field(name)) for name in ("task_path", "enqueued_at"))
 _DONE_FIELDS = ["status", "started_at", "last_attempted_at", "finished_at", "return_value", "worker_ids"]
 
 
@@ -97,20 +99,51 @@ def _read(pk: int, connection=None) -> TaskRecord:
     return _record(connection, rows[0])
 
 
-def _read_many(pks: list[int]) -> dict[int, TaskRecord]:
-    """TaskRecord.objects.in_bulk(pks), without the query compiler."""
+class Screened(NamedTuple):
+    """A task's row as the worker's screen read it (TasksChannel.stored):
+    its path, which check_stored compares with the message's, and the whole
+    row as the database returned it, from which a batch builds its record."""
+
+    path: str
+    row: tuple
+
+
+def _rows(pks) -> dict[int, tuple]:
+    """The rows of these tasks (_FIELDS, unconverted), by id: one statement
+    per 500 ids."""
     connection = connections[TaskRecord.objects.db]
     select, _, _, _ = _statements(connection.vendor)
-    ids = sorted(set(pks))
-    records = {}
+    ids, rows = sorted(set(pks)), {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         marks = ", ".join(["%s"] * len(chunk))
         in_chunk = select.removesuffix(" = %s") + f" IN ({marks})"
-        for row in sql.execute(in_chunk, chunk, using=connection.alias):
-            record = _record(connection, row)
-            records[record.pk] = record
-    return records
+        rows.update((row[0], row) for row in sql.execute(in_chunk, chunk, using=connection.alias))
+    return rows
+
+
+def screened(pks) -> dict[int, tuple[Screened, float]]:
+    """TasksChannel.stored: {id: (Screened, when enqueued, in seconds since
+    the epoch)} of the stored tasks among pks."""
+    connection = connections[TaskRecord.objects.db]
+    _, columns, _, _ = _statements(connection.vendor)
+    path, (enqueued, converters) = _PATH, columns[_ENQUEUED]
+    found = {}
+    for pk, row in _rows(pks).items():
+        when = row[_ENQUEUED]
+        for converter in converters:
+            when = converter(when, enqueued, connection)
+        found[pk] = (Screened(row[path], row), when.timestamp())
+    return found
+
+
+def _read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int, TaskRecord]:
+    """TaskRecord.objects.in_bulk(pks), without the query compiler; the rows
+    given (read by the screen) are not read again."""
+    connection = connections[TaskRecord.objects.db]
+    rows = {pk: rows[pk] for pk in pks if pk in rows} if rows else {}
+    rows.update(_rows(pk for pk in pks if pk not in rows))
+    return {pk: _record(connection, row) for pk, row in rows.items()}
 
 
 def _record(connection, row) -> TaskRecord:
@@ -214,6 +247,7 @@ def handle(message, ack, pause=None):
                 task, result = _running(record, started, me)
                 task_started.send_robust(SENDER, task_result=result)
                 value = normalize_json(_call(task, result))
+                sql.refuse_marked_for_rollback(db.alias)  # (a caught database error: nothing would commit)
                 checkpoint(pause, "inside-transaction")
                 if not db.run_on_commit:
                     # (The body's on_commit callbacks, if any, must not run in a pipeline.)
@@ -371,7 +405,7 @@ def _finished(result, record: TaskRecord):
     return finished
 
 
-def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[int]:
+def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: dict | None = None) -> list[int]:
     """Batch mode (`worker --channel tasks --batch N`): the batch's promise
     made set-wise. In ONE transaction:
 
@@ -405,8 +439,10 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[
     can still run it: exactly what the per-delivery path's rollback does.
 
     A task that opted out of the shared transaction runs in its savepoint too
-    here (the stronger promise). Returns the ids done now."""
-    records = _read_many([message.task_id for message in messages])
+    here (the stronger promise). stored: TasksChannel.stored's answer for
+    the batch (the rows the screen read: not read again). Returns the ids
+    done now."""
+    records = _read_many([message.task_id for message in messages], {pk: s.row for pk, (s, _) in (stored or {}).items()})
     me = worker_id()
     pending = {}
     for message in messages:  # a task twice in one batch runs once
@@ -414,8 +450,9 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[
         if record.status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
             pending[record.pk] = record
     done, finished = [], []
+    alias = TaskRecord.objects.db
     checkpoint(pause, "before-write")
-    with transaction.atomic():
+    with transaction.atomic(using=alias):
         for delivery, reason in rejections:
             record_rejection(delivery=delivery, reason=reason)
         owned = _insert_keys(list(pending)) if pending else set()
@@ -431,7 +468,7 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None) -> list[
             record.worker_ids = [*record.worker_ids, me]
             result = backends.to_result(record, task)
             try:
-                with transaction.atomic():  # the task's savepoint
+                with sql.savepoint(alias):  # the task's own
                     task_started.send_robust(SENDER, task_result=result)
                     value = normalize_json(_call(task, result))
             except Exception as error:

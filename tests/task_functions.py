@@ -2,7 +2,7 @@
 row of django.contrib.auth's Group, whose name is unique."""
 
 from django.contrib.auth.models import Group
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from nightjar_tasks import retry
 from nightjar_tasks.compat import task
@@ -49,3 +49,26 @@ def insert_then_rename_on_commit(name: str) -> str:
 
     transaction.on_commit(rename)
     return name
+
+
+@task
+@retry(max_attempts=1)
+def insert_then_swallow_a_duplicate(name: str) -> str:
+    """Inserts <name>, then catches the IntegrityError of inserting it again
+    without an atomic block of its own: Django marks the transaction for
+    rollback, so <name> is never stored, and the task did not succeed."""
+    Group.objects.create(name=name)
+    try:
+        Group.objects.create(name=name)
+    except IntegrityError:
+        pass
+    return name
+
+
+@task
+@retry(max_attempts=1)
+def register_on_commit_then_fail(name: str) -> str:
+    """An on_commit callback (it would insert <name>), then an error: the
+    callback is rolled back with the body and never runs."""
+    transaction.on_commit(lambda: Group.objects.create(name=name))
+    raise RuntimeError(f"{name} fails after registering its callback")

@@ -426,3 +426,35 @@ def test_a_body_s_on_commit_callback_runs_after_the_commit_and_its_update_counts
     assert list(Group.objects.values_list("name", flat=True)) == ["hook-committed"]
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "hook")
+
+
+@pytest.mark.parametrize("batch", [None, 10])
+def test_a_body_that_swallows_a_database_error_fails_and_is_not_marked_done(tasks_channel, batch):
+    """Django marks a transaction for rollback when a statement fails inside
+    it, even when the body catches the error: the body's writes will not be
+    committed. The task must not be SUCCESSFUL with its effect gone: its
+    attempt fails, saying why, and the rows of the batch's other tasks stay."""
+    other = tasks.insert_row.enqueue("neighbour")
+    result = tasks.insert_then_swallow_a_duplicate.enqueue("swallowed")
+    drain(batch=batch)
+    result.refresh(), other.refresh()
+    assert (other.status, other.return_value) == (TaskResultStatus.SUCCESSFUL, "neighbour")
+    assert result.status == TaskResultStatus.FAILED
+    assert "TransactionManagementError: The code run in the transaction (a handler, a task's body) caught" in (
+        result.errors[-1].traceback
+    )
+    assert "Django marked the transaction for rollback" in result.errors[-1].traceback
+    assert list(Group.objects.values_list("name", flat=True)) == ["neighbour"]
+    assert not TaskCompletion.objects.filter(task_id=int(result.id)).exists()
+    assert TaskParked.objects.filter(task_id=int(result.id)).count() == 1
+    assert ready(tasks_channel.queue) == 0
+
+
+@pytest.mark.parametrize("batch", [None, 10])
+def test_a_failed_body_s_on_commit_callbacks_never_run(tasks_channel, batch):
+    other = tasks.insert_then_rename_on_commit.enqueue("kept")
+    failed = tasks.register_on_commit_then_fail.enqueue("dropped")
+    drain(batch=batch)
+    failed.refresh()
+    assert failed.status == TaskResultStatus.FAILED
+    assert list(Group.objects.values_list("name", flat=True)) == ["kept-committed"]

@@ -62,8 +62,8 @@ class RegistrationsChannel(channel.Channel):
     def load_handler(self, spec):
         return handlers.load_handler(spec)  # handlers.HandlerError is a channel.HandlerError
 
-    def handle_batch(self, messages, rejections, ack_all, pause):
-        return batch.handle_batch(messages, rejections, ack_all, pause)
+    def handle_batch(self, messages, rejections, ack_all, pause, stored):
+        return batch.handle_batch(messages, rejections, ack_all, pause)  # (the messages carry what it writes)
 
     # Reconcile and parking run in the engine (delivery/reconcile.py); these are the domain's answers.
     refusal = NightjarError
