@@ -121,7 +121,11 @@ def vendor(using: str = DEFAULT_DB_ALIAS) -> str:
 def stored(moment, using: str = DEFAULT_DB_ALIAS):
     """A datetime as a plain cursor stores a DateTimeField: Django writes UTC
     (TIME_ZONE is UTC), as text on SQLite; PostgreSQL takes the datetime."""
-    return str(moment.astimezone(UTC).replace(tzinfo=None)) if vendor(using) == "sqlite" else moment
+    if vendor(using) != "sqlite":
+        return moment
+    if moment.tzinfo is not UTC:  # (timezone.now()'s is: no conversion)
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat(" ")  # str() of the naive datetime
 
 
 def stored_now(using: str = DEFAULT_DB_ALIAS):

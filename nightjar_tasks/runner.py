@@ -15,15 +15,16 @@ The signals go out with send_robust: a receiver that raises is logged by
 Django and never turns a committed (maybe acked) task into a failure."""
 
 import contextlib
-import copy
+import dataclasses
 import functools
+import json
 import os
 import socket
 from datetime import timedelta
 from typing import NamedTuple
 
 from django.db import connections, transaction
-from django.db.models import DateTimeField
+from django.db.models import DateTimeField, JSONField
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -62,6 +63,7 @@ def _worker_id(pid: int) -> str:
 # statements the ORM would send, the values prepared and converted by the
 # fields themselves (JSON, datetimes), so nothing differs in what is stored.
 _FIELDS = [field for field in TaskRecord._meta.concrete_fields]  # the id first (_rows keys by row[0])
+_ATTNAMES = [field.attname for field in _FIELDS]
 _PATH, _ENQUEUED = (_FIELDS.index(TaskRecord._meta.get_field(name)) for name in ("task_path", "enqueued_at"))
 _DONE_FIELDS = ["status", "started_at", "last_attempted_at", "finished_at", "return_value", "worker_ids"]
 
@@ -75,6 +77,9 @@ def _statements(vendor: str):
         [sql.loaded]
         if vendor == "sqlite" and sql.plain_datetimes(connection.alias) and isinstance(column.target, DateTimeField)
         # (Django's converter parses the text with a regex: 6 per row, 300 per batch, issue 25)
+        else [_json_loaded]
+        if type(column.target) is JSONField and column.target.decoder is None
+        # (what JSONField.from_db_value does for a column, without its per-value checks)
         else [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
         for column in columns
     ]
@@ -87,6 +92,52 @@ def _statements(vendor: str):
         f"{attempts} = {attempts} + 1 WHERE {pk} = %s"
     )
     return select, list(zip(columns, converters, strict=True)), update, done
+
+
+def _json_loaded(value, expression=None, connection=None):
+    """A JSONField's value as its from_db_value makes it (no decoder of its own)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+@functools.cache
+def _converted(vendor: str) -> list:
+    """(index, column, converters) of the row's columns that have converters."""
+    _, columns, _, _ = _statements(vendor)
+    return [(index, column, converters) for index, (column, converters) in enumerate(columns) if converters]
+
+
+@functools.cache
+def _preparers(alias: str) -> list:
+    """How _done_values prepares each done field's value: as the field's
+    get_db_prep_save does (tests/test_tasks_fast.py compares them), the
+    datetimes as the database stores them and the JSON as the backend
+    adapts it, without the fields' per-value checks."""
+    connection = connections[alias]
+    _, _, _, fields = _statements(connection.vendor)
+    plain, prepare = sql.plain_datetimes(alias), []
+    moment = functools.partial(_stored_or_none, using=alias)  # (one for all: a repeated value is prepared once)
+    for field in fields:
+        if plain and isinstance(field, DateTimeField):
+            how = moment
+        elif type(field) is JSONField and field.encoder is None:
+            how = functools.partial(_json_adapted, adapt=connection.ops.adapt_json_value)
+        else:
+            how = functools.partial(field.get_db_prep_save, connection=connection)
+        prepare.append((field.attname, how))
+    return prepare
+
+
+def _stored_or_none(value, using):
+    return None if value is None else sql.stored(value, using)
+
+
+def _json_adapted(value, adapt):
+    return None if value is None else adapt(value, None)  # (None: SQL NULL, as get_db_prep_save stores it)
 
 
 def _read(pk: int, connection=None) -> TaskRecord:
@@ -149,12 +200,11 @@ def _read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int
 def _record(connection, row) -> TaskRecord:
     """The TaskRecord of a row of _FIELDS, each value converted as the ORM would."""
     _, columns, _, _ = _statements(connection.vendor)
-    values = []
-    for value, (column, converters) in zip(row, columns, strict=True):
+    values = list(row)
+    for index, column, converters in _converted(connection.vendor):
         for converter in converters:
-            value = converter(value, column, connection)
-        values.append(value)
-    return TaskRecord.from_db(connection.alias, [f.attname for f in _FIELDS], values)
+            values[index] = converter(values[index], column, connection)
+    return TaskRecord.from_db(connection.alias, _ATTNAMES, values)
 
 
 @functools.cache
@@ -291,24 +341,23 @@ def _mark_done(connection, record: TaskRecord, value, started) -> bool:
     """The row as done (and `record` as stored, for task_finished)."""
     record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, timezone.now(), value
     record.last_attempted_at, record.attempts = started, record.attempts + 1
-    _, _, update, fields = _statements(connection.vendor)
-    params = _done_values(connection, record, fields)
+    _, _, update, _ = _statements(connection.vendor)
+    params = _done_values(connection, record)
     # (No rows to fetch: in a psycopg pipeline they are not there before the commit's sync.)
     sql.execute(update, [*params, record.pk], using=connection.alias, fetch=False)
     return True
 
 
-def _done_values(connection, record: TaskRecord, fields) -> list:
-    """The done-mark's values as the fields prepare them; the datetimes (all
-    aware, from timezone.now()) as the database stores them, without the
-    field's per-value checks: a batch prepares 300 of them."""
-    plain, values = sql.plain_datetimes(connection.alias), []
-    for field in fields:
-        value = getattr(record, field.attname)
-        if plain and value is not None and isinstance(field, DateTimeField):
-            values.append(sql.stored(value, connection.alias))
-        else:
-            values.append(field.get_db_prep_save(value, connection))
+def _done_values(connection, record: TaskRecord) -> list:
+    """The done-mark's values as the fields prepare them (_preparers): a
+    batch prepares 300 of them (a value repeated from the field before, as
+    started_at's in last_attempted_at, prepared once)."""
+    values, last, prepared = [], (None, None), None
+    for attname, prepare in _preparers(connection.alias):
+        value = getattr(record, attname)
+        if value is None or (value, prepare) != last:
+            last, prepared = (value, prepare), prepare(value)
+        values.append(prepared)
     return values
 
 
@@ -358,19 +407,17 @@ def _insert_keys(task_ids: list[int]) -> set[int]:
     500 rows); return the ids whose key was new. Ascending order, so two
     batches sharing tasks lock their keys in the same order (no deadlock)."""
     ids = sorted(set(task_ids))
-    table = TaskCompletion._meta.db_table
-    connection = connections[TaskCompletion.objects.db]
-    now = TaskCompletion._meta.get_field("completed").get_db_prep_value(timezone.now(), connection)
-    new = set()
-    with connection.cursor() as cursor:
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            cursor.execute(
-                f"INSERT INTO {table} (task_id, completed) VALUES {', '.join(['(%s, %s)'] * len(chunk))} "
-                "ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
-                [value for pk in chunk for value in (pk, now)],
-            )
-            new.update(row[0] for row in cursor.fetchall())
+    table, alias = TaskCompletion._meta.db_table, TaskCompletion.objects.db
+    now, new = sql.stored_now(alias), set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows = sql.execute(
+            f"INSERT INTO {table} (task_id, completed) VALUES {', '.join(['(%s, %s)'] * len(chunk))} "
+            "ON CONFLICT (task_id) DO NOTHING RETURNING task_id",
+            [value for pk in chunk for value in (pk, now)],
+            using=alias,
+        )
+        new.update(row[0] for row in rows)
     return new
 
 
@@ -386,15 +433,24 @@ def _mark_done_many(records: list[TaskRecord]) -> None:
     if not records:
         return
     connection = connections[TaskRecord.objects.db]
-    _, _, update, fields = _statements(connection.vendor)
-    rows = [[*_done_values(connection, record, fields), record.pk] for record in records]
+    _, _, update, _ = _statements(connection.vendor)
+    rows = [[*_done_values(connection, record), record.pk] for record in records]
     sql.execute_many(update, rows, using=connection.alias)
+
+
+@functools.cache
+def _result_fields(kind) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(kind))
 
 
 def _finished(result, record: TaskRecord):
     """The task_finished result of a task done now: its task_started result
     with the done values (no second task.using(), issue 25)."""
-    finished = copy.copy(result)  # (not dataclasses.replace: its args were normalized once already)
+    # (Not dataclasses.replace: its args were normalized once already; not copy.copy, which
+    # takes ~13 µs through __reduce_ex__ for the backport's slotted dataclass, issue 25.)
+    finished = object.__new__(type(result))
+    for name in _result_fields(type(result)):
+        object.__setattr__(finished, name, getattr(result, name))
     for name, value in (
         ("status", TaskResultStatus.SUCCESSFUL),
         ("finished_at", record.finished_at),

@@ -391,7 +391,7 @@ def test_a_batch_s_rows_and_its_done_marks_are_what_the_orm_reads_and_writes():
     for record, moment in zip(records, moments, strict=True):
         record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, moment, {"é": [1]}
         record.last_attempted_at = moment
-        ours = runner._done_values(connection, record, fields)
+        ours = runner._done_values(connection, record)
         django_s = [field.get_db_prep_save(getattr(record, field.attname), connection) for field in fields]
         unwrapped = lambda values: [getattr(value, "obj", value) for value in values]  # noqa: E731 (psycopg's Jsonb)
         assert unwrapped(ours) == unwrapped(django_s)
