@@ -104,7 +104,9 @@ class Channel:
         """The handle(message, ack, pause) function spec names; raise HandlerError."""
         raise NotImplementedError
 
-    def handle_batch(self, messages: list, rejections: list[tuple[Delivery, str]], ack_all: Callable, pause, stored: dict):
+    def handle_batch(
+        self, messages: list, rejections: list[tuple[Delivery, str]], ack_all: Callable, pause, stored: dict
+    ):
         """Batch mode: handle the checked messages and record the rejections in
         one transaction, then call ack_all(). Returns the keys done now.
         stored: what `stored` returned for the batch's keys, read by the

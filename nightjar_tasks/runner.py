@@ -498,7 +498,9 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
     here (the stronger promise). stored: TasksChannel.stored's answer for
     the batch (the rows the screen read: not read again). Returns the ids
     done now."""
-    records = _read_many([message.task_id for message in messages], {pk: s.row for pk, (s, _) in (stored or {}).items()})
+    records = _read_many(
+        [message.task_id for message in messages], {pk: s.row for pk, (s, _) in (stored or {}).items()}
+    )
     me = worker_id()
     pending = {}
     for message in messages:  # a task twice in one batch runs once

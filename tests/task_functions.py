@@ -1,6 +1,8 @@
 """Tasks the nightjar_tasks tests enqueue (no ticket code): each effect is a
 row of django.contrib.auth's Group, whose name is unique."""
 
+import contextlib
+
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 
@@ -58,10 +60,8 @@ def insert_then_swallow_a_duplicate(name: str) -> str:
     without an atomic block of its own: Django marks the transaction for
     rollback, so <name> is never stored, and the task did not succeed."""
     Group.objects.create(name=name)
-    try:
+    with contextlib.suppress(IntegrityError):
         Group.objects.create(name=name)
-    except IntegrityError:
-        pass
     return name
 
 

@@ -452,9 +452,9 @@ def test_a_body_that_swallows_a_database_error_fails_and_is_not_marked_done(task
 
 @pytest.mark.parametrize("batch", [None, 10])
 def test_a_failed_body_s_on_commit_callbacks_never_run(tasks_channel, batch):
-    other = tasks.insert_then_rename_on_commit.enqueue("kept")
+    kept = tasks.insert_then_rename_on_commit.enqueue("kept")
     failed = tasks.register_on_commit_then_fail.enqueue("dropped")
     drain(batch=batch)
-    failed.refresh()
-    assert failed.status == TaskResultStatus.FAILED
+    failed.refresh(), kept.refresh()
+    assert (failed.status, kept.status) == (TaskResultStatus.FAILED, TaskResultStatus.SUCCESSFUL)
     assert list(Group.objects.values_list("name", flat=True)) == ["kept-committed"]
