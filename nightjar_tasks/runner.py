@@ -178,14 +178,17 @@ def screened(pks) -> dict[int, tuple[Screened, float]]:
     the epoch)} of the stored tasks among pks."""
     connection = connections[TaskRecord.objects.db]
     _, columns, _, _ = _statements(connection.vendor)
-    path, (enqueued, converters) = _PATH, columns[_ENQUEUED]
-    found = {}
-    for pk, row in _rows(pks).items():
-        when = row[_ENQUEUED]
-        for converter in converters:
-            when = converter(when, enqueued, connection)
-        found[pk] = (Screened(row[path], row), when.timestamp())
-    return found
+    enqueued = columns[_ENQUEUED]
+    return {
+        pk: (Screened(row[_PATH], row), _converted_value(connection, row[_ENQUEUED], *enqueued).timestamp())
+        for pk, row in _rows(pks).items()
+    }
+
+
+def _converted_value(connection, value, column, converters):
+    for converter in converters:
+        value = converter(value, column, connection)
+    return value
 
 
 def _read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int, TaskRecord]:
@@ -199,11 +202,9 @@ def _read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int
 
 def _record(connection, row) -> TaskRecord:
     """The TaskRecord of a row of _FIELDS, each value converted as the ORM would."""
-    _, columns, _, _ = _statements(connection.vendor)
     values = list(row)
     for index, column, converters in _converted(connection.vendor):
-        for converter in converters:
-            values[index] = converter(values[index], column, connection)
+        values[index] = _converted_value(connection, values[index], column, converters)
     return TaskRecord.from_db(connection.alias, _ATTNAMES, values)
 
 
