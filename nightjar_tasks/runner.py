@@ -18,13 +18,16 @@ import contextlib
 import dataclasses
 import functools
 import json
+import operator
 import os
 import socket
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import NamedTuple
 
 from django.db import connections, transaction
-from django.db.models import DateTimeField, JSONField
+from django.db.models import BooleanField, DateTimeField, JSONField
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -80,6 +83,8 @@ def _statements(vendor: str):
         else [_json_loaded]
         if type(column.target) is JSONField and column.target.decoder is None
         # (what JSONField.from_db_value does for a column, without its per-value checks)
+        else [_boolean]
+        if vendor == "sqlite" and type(column.target) is BooleanField
         else [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
         for column in columns
     ]
@@ -94,10 +99,15 @@ def _statements(vendor: str):
     return select, list(zip(columns, converters, strict=True)), update, done
 
 
+_EMPTY = {"[]": list, "{}": dict}
+
+
 def _json_loaded(value, expression=None, connection=None):
     """A JSONField's value as its from_db_value makes it (no decoder of its own)."""
     if value is None:
         return None
+    if type(value) is str and value in _EMPTY:  # (most tasks' kwargs, errors, and a first attempt's worker_ids)
+        return _EMPTY[value]()
     try:
         return json.loads(value)
     except json.JSONDecodeError:
@@ -106,34 +116,56 @@ def _json_loaded(value, expression=None, connection=None):
 
 @functools.cache
 def _converted(vendor: str) -> list:
-    """(index, column, converters) of the row's columns that have converters."""
+    """(index, column, converters, one) of the row's columns that have
+    converters; one: the chain as one function of the value alone, for the
+    kinds the hot path reads most (datetimes on a UTC SQLite, JSON without a
+    decoder, SQLite's booleans), or None (then the chain, with the
+    connection, as the ORM calls it)."""
     _, columns, _, _ = _statements(vendor)
-    return [(index, column, converters) for index, (column, converters) in enumerate(columns) if converters]
+    return [
+        (index, column, converters, converters[0] if len(converters) == 1 and converters[0] in _ONE_ARGUMENT else None)
+        for index, (column, converters) in enumerate(columns)
+        if converters
+    ]
+
+
+def _boolean(value, expression=None, connection=None):
+    """SQLite's convert_booleanfield_value (the column comes back as 0/1, or
+    already a bool through Django's registered "bool" converter)."""
+    return bool(value) if value in (0, 1) else value
+
+
+_ONE_ARGUMENT = (sql.loaded, _json_loaded, _boolean)
 
 
 @functools.cache
-def _preparers(alias: str) -> list:
-    """How _done_values prepares each done field's value: as the field's
-    get_db_prep_save does (tests/test_tasks_fast.py compares them), the
-    datetimes as the database stores them and the JSON as the backend
-    adapts it, without the fields' per-value checks."""
+def _preparers(alias: str) -> tuple:
+    """How _done_values prepares the done fields' values: (one getter of
+    them all, one preparer per field), as each field's get_db_prep_save
+    does (tests/test_tasks_fast.py compares them), the datetimes as the
+    database stores them (SQLite: UTC text; PostgreSQL: as they are) and the
+    JSON as the backend adapts it, without the fields' per-value checks."""
     connection = connections[alias]
     _, _, _, fields = _statements(connection.vendor)
     plain, prepare = sql.plain_datetimes(alias), []
-    moment = functools.partial(_stored_or_none, using=alias)  # (one for all: a repeated value is prepared once)
     for field in fields:
         if plain and isinstance(field, DateTimeField):
-            how = moment
+            how = _utc_text if connection.vendor == "sqlite" else None  # (None: the value as it is)
         elif type(field) is JSONField and field.encoder is None:
             how = functools.partial(_json_adapted, adapt=connection.ops.adapt_json_value)
         else:
             how = functools.partial(field.get_db_prep_save, connection=connection)
-        prepare.append((field.attname, how))
-    return prepare
+        prepare.append(how)
+    return operator.attrgetter(*(field.attname for field in fields)), prepare
 
 
-def _stored_or_none(value, using):
-    return None if value is None else sql.stored(value, using)
+def _utc_text(value):
+    """sql.stored() on a UTC SQLite: the text Django stores a DateTimeField as."""
+    if value is None:
+        return None
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(" ")
 
 
 def _json_adapted(value, adapt):
@@ -197,15 +229,31 @@ def _read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int
     connection = connections[TaskRecord.objects.db]
     rows = {pk: rows[pk] for pk in pks if pk in rows} if rows else {}
     rows.update(_rows(pk for pk in pks if pk not in rows))
-    return {pk: _record(connection, row) for pk, row in rows.items()}
+    plain = _plain_records()
+    return {pk: _record(connection, row, plain) for pk, row in rows.items()}
 
 
-def _record(connection, row) -> TaskRecord:
-    """The TaskRecord of a row of _FIELDS, each value converted as the ORM would."""
+def _record(connection, row, plain: bool = False) -> TaskRecord:
+    """The TaskRecord of a row of _FIELDS, each value converted as the ORM
+    would; plain (_plain_records() said so): made as Model.from_db makes it,
+    without its __init__ (~8 µs a row, issue 25)."""
     values = list(row)
-    for index, column, converters in _converted(connection.vendor):
-        values[index] = _converted_value(connection, values[index], column, converters)
-    return TaskRecord.from_db(connection.alias, _ATTNAMES, values)
+    for index, column, converters, one in _converted(connection.vendor):
+        value = values[index]
+        values[index] = one(value) if one else _converted_value(connection, value, column, converters)
+    if not plain:
+        return TaskRecord.from_db(connection.alias, _ATTNAMES, values)
+    record = object.__new__(TaskRecord)
+    record._state = state = ModelState()
+    state.adding, state.db = False, connection.alias
+    record.__dict__.update(zip(_ATTNAMES, values, strict=True))
+    return record
+
+
+def _plain_records() -> bool:
+    """Whether a TaskRecord is its fields' values and nothing else: no
+    receiver of pre_init or post_init would see its __init__ skipped."""
+    return not (pre_init.has_listeners(TaskRecord) or post_init.has_listeners(TaskRecord))
 
 
 @functools.cache
@@ -354,11 +402,16 @@ def _done_values(connection, record: TaskRecord) -> list:
     batch prepares 300 of them (a value repeated from the field before, as
     started_at's in last_attempted_at, prepared once)."""
     values, last, prepared = [], (None, None), None
-    for attname, prepare in _preparers(connection.alias):
-        value = getattr(record, attname)
-        if value is None or (value, prepare) != last:
-            last, prepared = (value, prepare), prepare(value)
-        values.append(prepared)
+    get, preparers = _preparers(connection.alias)
+    for value, prepare in zip(get(record), preparers, strict=True):
+        if prepare is None:
+            values.append(value)
+        elif value is None:
+            values.append(prepare(value))
+        else:
+            if value is not last[0] or prepare is not last[1]:
+                last, prepared = (value, prepare), prepare(value)
+            values.append(prepared)
     return values
 
 
@@ -515,7 +568,7 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
         for delivery, reason in rejections:
             record_rejection(delivery=delivery, reason=reason)
         owned = _insert_keys(list(pending)) if pending else set()
-        tasks = {}
+        tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
         for pk, record in pending.items():
             if pk not in owned:
                 continue
@@ -527,7 +580,7 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             record.worker_ids = [*record.worker_ids, me]
             result = backends.to_result(record, task)
             try:
-                with sql.savepoint(alias):  # the task's own
+                with each:
                     task_started.send_robust(SENDER, task_result=result)
                     value = normalize_json(_call(task, result))
             except Exception as error:
@@ -539,6 +592,7 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             record.attempts += 1
             done.append(record)
             finished.append(result)
+        each.close()
         _mark_done_many(done)
         checkpoint(pause, "inside-transaction")
     checkpoint(pause, "after-commit")
