@@ -183,14 +183,20 @@ def create_lean_tables() -> None:
         )
 
 
-def dbapi():
+def dbapi(*, django: bool = False):
     """A plain DB-API connection to the benchmark's database (sqlite3, or
-    psycopg on PostgreSQL), in autocommit, its parameter mark and its BEGIN."""
+    psycopg on PostgreSQL), in autocommit, its parameter mark and its BEGIN;
+    django: the one beneath Django's own connection (in autocommit, set up by
+    the settings as the plain one is), for statements in the same
+    transaction as code that uses Django's cursor (the caller leaves it open)."""
+    if django:
+        connection.ensure_connection()
+        return connection.connection, ("?" if connection.vendor == "sqlite" else "%s"), dbapi_begin()
     if connection.vendor == "sqlite":
         db = sqlite3.connect(settings.DATABASES["default"]["NAME"], isolation_level=None, timeout=20)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        return db, "?", "BEGIN IMMEDIATE"
+        return db, "?", dbapi_begin()
     import psycopg
 
     params = settings.DATABASES["default"]
@@ -202,7 +208,11 @@ def dbapi():
         dbname=params["NAME"],
         autocommit=True,
     )
-    return db, "%s", "BEGIN"
+    return db, "%s", dbapi_begin()
+
+
+def dbapi_begin() -> str:
+    return "BEGIN IMMEDIATE" if connection.vendor == "sqlite" else "BEGIN"
 
 
 def raw_database(*, lean: bool = False):
