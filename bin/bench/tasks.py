@@ -63,14 +63,17 @@ CONTENDERS = {
     "nightjar_batch_1proc": ("Nightjar tasks, batch 50, 1 process", 1),
     "nightjar_batch_2proc": ("Nightjar tasks, batch 50, 2 processes", 2),
 }
-# (reference, contender, the target of contender/reference per worker process, or None)
+# (reference, contender, the target of contender/reference per worker process, or None). The raw
+# ceiling the target is about runs the task's own body, as every backend must; the one writing the
+# row with a plain statement and the lean one are there to show what Django's cursor and the
+# schema cost, each without a target of its own.
 PAIRS = [
-    ("raw_per_delivery", "nightjar_1proc", 0.6),
     ("raw_body_per_delivery", "nightjar_1proc", 0.6),
-    ("raw_lean_per_delivery", "nightjar_1proc", 0.6),
-    ("raw_batch50_each", "nightjar_batch_1proc", 0.6),
+    ("raw_per_delivery", "nightjar_1proc", None),
+    ("raw_lean_per_delivery", "nightjar_1proc", None),
     ("raw_body_batch50_each", "nightjar_batch_1proc", 0.6),
-    ("raw_lean_batch50", "nightjar_batch_1proc", 0.6),
+    ("raw_batch50_each", "nightjar_batch_1proc", None),
+    ("raw_lean_batch50", "nightjar_batch_1proc", None),
     ("dtdb_1proc", "nightjar_1proc", 3.0),
     ("dtdb_2proc", "nightjar_2proc", 3.0),
     ("dtdb_1proc", "nightjar_batch_1proc", 3.0),
@@ -412,10 +415,10 @@ def bench_tasks(n: int, quick: bool) -> None:
         figure[f"target_ratio_to_{reference}"] = target
         sections.RESULTS[f"{slug}_enqueue"][f"ratio_to_{reference}"] = statistics.median(enqueue_ratios)
         runs = ", ".join(f"{r:.2f}" for r in ratios)
-        verdict = "met" if ratio >= target else "NOT met"
+        verdict = "no target" if target is None else f"target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
         say(
             f"    = {ratio:.2f}x {CONTENDERS[reference][0].format(db=library)} per worker process "
-            f"(target >= {target:g}x: {verdict}; the runs' ratios: {runs}); "
+            f"({verdict}; the runs' ratios: {runs}); "
             f"enqueue costs {statistics.median(enqueue_ratios):.2f}x of its"
         )
 
