@@ -71,7 +71,7 @@ class Savepoint:
         self.db, self.callbacks = db, 0
         self.statements = [f"{verb} {name}" for verb in ("SAVEPOINT", "ROLLBACK TO SAVEPOINT", "RELEASE SAVEPOINT")]
         with db.wrap_database_errors:
-            self.cursor = server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
+            self.cursor = _dbapi_cursor(db)
 
     def _run(self, *statements: str) -> None:
         with self.db.wrap_database_errors:
@@ -111,11 +111,16 @@ def _cursor(using: str, sql: str):
     if db.vendor == "sqlite":
         sql = sql.replace("%s", "?")
     with db.wrap_database_errors:
-        cursor = server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
+        cursor = _dbapi_cursor(db)
         try:
             yield cursor, sql
         finally:
             cursor.close()
+
+
+def _dbapi_cursor(db):
+    """A new DB-API cursor on Django's connection db (already connected)."""
+    return server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
 
 
 def server_side_cursor(raw):
@@ -141,11 +146,15 @@ def vendor(using: str = DEFAULT_DB_ALIAS) -> str:
 def stored(moment, using: str = DEFAULT_DB_ALIAS):
     """A datetime as a plain cursor stores a DateTimeField: Django writes UTC
     (TIME_ZONE is UTC), as text on SQLite; PostgreSQL takes the datetime."""
-    if vendor(using) != "sqlite":
-        return moment
+    return moment if vendor(using) != "sqlite" else utc_text(moment)
+
+
+def utc_text(moment) -> str:
+    """A datetime as Django stores a DateTimeField on a UTC SQLite: str() of
+    the naive UTC datetime."""
     if moment.tzinfo is not UTC:  # (timezone.now()'s is: no conversion)
         moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat(" ")  # str() of the naive datetime
+    return moment.replace(tzinfo=None).isoformat(" ")
 
 
 def stored_now(using: str = DEFAULT_DB_ALIAS):

@@ -21,7 +21,7 @@ import json
 import operator
 import os
 import socket
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import NamedTuple
 
 from django.db import connections, transaction
@@ -160,12 +160,7 @@ def _preparers(alias: str) -> tuple:
 
 
 def _utc_text(value):
-    """sql.stored() on a UTC SQLite: the text Django stores a DateTimeField as."""
-    if value is None:
-        return None
-    if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    return value.replace(tzinfo=None).isoformat(" ")
+    return None if value is None else sql.utc_text(value)
 
 
 def _json_adapted(value, adapt):

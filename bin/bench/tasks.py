@@ -31,6 +31,7 @@ from django.db import connection
 
 from bench import sections, stack
 from bench.peers import ROW_TABLE
+from delivery import sql
 from delivery.transport import amqp
 
 RAW_TASK_TABLE = "bench_raw_task"
@@ -227,12 +228,8 @@ def raw(key: str, n: int) -> tuple[float, float]:
     channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
     channel.confirm_delivery()
     props = pika.BasicProperties(delivery_mode=2, content_type="application/json")
-    if body and connection.vendor == "postgresql":  # (Django's own cursors bind on the client: the plain one's)
-        import psycopg
-
-        cursor = psycopg.Cursor(db)
-    else:
-        cursor = db.cursor()
+    # (On PostgreSQL Django's own cursors bind on the client: the plain connection's kind instead.)
+    cursor = sql.server_side_cursor(db) if body and connection.vendor == "postgresql" else db.cursor()
     statements = LeanStatements(mark) if lean else TableStatements(mark, body=body)
     started = time.perf_counter()
     for number in range(n):
