@@ -90,5 +90,8 @@ class LocalRun:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+                # Its broker runs in a session of its own: stopped as bin/run would have.
+                broker = f"bin/{self.broker}-node"
+                subprocess.run([broker, "stop", f".run/{self.broker}"], cwd=self.checkout, capture_output=True)
         time.sleep(0)  # let the pump thread read the last lines
         return "".join(self.output)

@@ -16,7 +16,8 @@ decorator (`@pytest.mark.fast`); a test in none, or in two, is a collection erro
 Across the tiers, `postgres` marks a test whose promise rests on what the
 database does (transactions, locks, rollbacks, stored bytes): bin/test's
 PostgreSQL leg runs those and the fast tier; `amqp_only` one that proves
-what only RabbitMQ has (left out of the Redis leg).
+what only RabbitMQ has, `transport_free` one whose promise is not the
+broker's (the door, the site's start-up): both left out of the Redis leg.
 
 A node that cannot start is a failure, never a skip: every guarantee Nightjar
 makes is proven against the real broker — the in-memory transport proves none.
@@ -272,14 +273,20 @@ def worker_env(test_settings) -> dict[str, str]:
     return env
 
 
-def as_from_a_terminal() -> None:
-    """In the child, before exec: Ctrl+C (SIGINT) as a terminal delivers it.
-    A test run started in the background (`cmd &` in a script, nohup) has
-    SIGINT ignored, and an ignored signal stays ignored across exec — Python
-    would then never raise KeyboardInterrupt, and the tests' Ctrl+C would be
-    lost on the way rather than on the worker."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _ctrl_c_as_from_a_terminal() -> None:
+    """Every process the tests start gets Ctrl+C (SIGINT) as a terminal
+    delivers it. A test run started in the background (`cmd &` in a script,
+    nohup) has SIGINT ignored, and an ignored signal stays ignored across
+    fork and exec: Python then never raises KeyboardInterrupt, and every
+    Ctrl+C the tests send (to a worker, to bin/run, in the guide's terminal)
+    would be lost on the way rather than on the program. Restored here,
+    once, in the test process itself, so no launch can forget it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+_ctrl_c_as_from_a_terminal()
 
 
 class Workers:
@@ -305,7 +312,6 @@ class Workers:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            preexec_fn=as_from_a_terminal,
         )
         self.running.append(proc)
         return Process(proc)

@@ -274,6 +274,7 @@ def request_is_waiting(worker_pid: int) -> bool:
 
 @pytest.mark.system
 @pytest.mark.postgres
+@pytest.mark.transport_free
 @pytest.mark.django_db(transaction=True)
 def test_a_scan_cut_off_by_a_web_restart_mid_request_is_one_check_in_when_sent_again(worker_env):
     ticket = mina()

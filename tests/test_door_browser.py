@@ -61,6 +61,7 @@ def door_staff() -> None:
 
 
 @pytest.mark.system
+@pytest.mark.transport_free
 def test_the_fake_camera_checks_mina_in_refuses_a_forgery_and_queues_scans_offline(
     site, monkeypatch, settings, tmp_path
 ):

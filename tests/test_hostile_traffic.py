@@ -132,6 +132,7 @@ def start_site(**env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.system
+@pytest.mark.transport_free
 @pytest.mark.parametrize(
     "key",
     [
@@ -151,6 +152,7 @@ def test_the_site_refuses_to_start_on_a_missing_short_or_public_key(key):
 
 
 @pytest.mark.system
+@pytest.mark.transport_free
 def test_the_site_starts_on_a_long_random_key_and_in_debug_without_one():
     assert start_site(DJANGO_SECRET_KEY=GOOD_KEY).returncode == 0
     assert start_site(DJANGO_DEBUG="1").returncode == 0
@@ -219,6 +221,7 @@ def raw_request(url: str, method: str, path: str, body: str = "") -> int:
 
 
 @pytest.mark.system
+@pytest.mark.transport_free
 @pytest.mark.django_db(transaction=True)
 def test_no_log_stream_of_gunicorn_carries_a_guest_secret(worker_env):
     env = {

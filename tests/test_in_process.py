@@ -168,3 +168,15 @@ def test_ctrl_c_the_moment_a_serving_worker_says_paused_leaves_the_pause():
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
     assert "finishing the current delivery" not in screen.getvalue()
+
+
+def test_every_process_the_tests_start_gets_ctrl_c_even_from_a_background_run():
+    """A test run started in the background (`setsid bash -c 'bin/test' &`)
+    inherits SIGINT ignored, and its children inherit that across exec:
+    every Ctrl+C the tests send (to a worker, to bin/run, in the guide's
+    terminal) was then lost, and those tests waited out their timeouts and
+    failed. tests/conftest.py restores it once, in this process: what a
+    child inherits is this process's disposition (ignored stays ignored; a
+    handler becomes the default) and its signal mask."""
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

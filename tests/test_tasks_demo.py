@@ -91,6 +91,9 @@ def test_the_two_commands_of_the_readme_run_the_demo_in_a_fresh_checkout(tmp_pat
             except subprocess.TimeoutExpired:
                 os.killpg(run.pid, signal.SIGKILL)
                 run.wait()
+                # Its broker runs in a session of its own: stopped as the run would have.
+                folder = f"examples/tasks_demo/.run/{broker}"
+                subprocess.run([f"bin/{broker}-node", "stop", folder], cwd=checkout, capture_output=True)
         reader.join(10)
     assert "Stopped." in "".join(output), "".join(output)
     assert not (checkout / "examples" / "tasks_demo" / ".run" / "local.env").exists()
