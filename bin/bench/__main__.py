@@ -73,7 +73,7 @@ SECTIONS: dict[str, Section] = {
     ),
     "batch": Section(lambda s, o: s.bench_batch(o.n, o.processes), "Nightjar's worker --serve --batch 50"),
     "latency": Section(
-        lambda s, o: s.bench_latency(100, 5 if o.quick else 20),
+        lambda s, o: s.bench_latency(100, 3 if o.quick else 20),
         "registrations at 100/s for 20 s: registration commit -> ticket commit",
     ),
     "web": Section(
@@ -81,11 +81,11 @@ SECTIONS: dict[str, Section] = {
         "registration POSTs through gunicorn at fixed rates; RabbitMQ up and down",
     ),
     "memory": Section(
-        lambda s, o: s.bench_memory(1000, 5000 if o.quick else 100_000),
+        lambda s, o: s.bench_memory(1000, 2000 if o.quick else 100_000),
         "the worker's resident memory after 1,000 and 100,000 deliveries",
     ),
     "backlog": Section(
-        lambda s, o: s.bench_backlog(2000 if o.quick else 10_000),
+        lambda s, o: s.bench_backlog(500 if o.quick else 10_000),
         "reconcile republishing 10,000 registrations left by an outage",
     ),
     "redis": Section(
@@ -151,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)  # before anything starts: --help leaves nothing behind
     random.seed(1)
     options = Options(
-        n=3000 if args.quick else 20000,
+        n=1000 if args.quick else 20000,
         quick=args.quick,
         processes=tuple(args.processes),
         only=args.only,
-        web_rates=[100, 250, 400] if args.quick else [100, 200, 250, 300, 400, 500, 650, 800],
-        web_seconds=3 if args.quick else 5,
+        web_rates=[100, 400] if args.quick else [100, 200, 250, 300, 400, 500, 650, 800],
+        web_seconds=2 if args.quick else 5,
     )
     with contextlib.ExitStack() as stack_, stack.signals_interrupt():
         folder = stack_.enter_context(stack.scratch_folder("nightjar-bench-", say))
