@@ -19,8 +19,7 @@ from django.utils.dateparse import parse_datetime
 
 def execute(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS, fetch: bool = True) -> list[tuple]:
     """Run one statement (written with %s) and return its rows ([] for one
-    that returns none, or with fetch=False: inside a psycopg pipeline a
-    statement's rows are not there until the pipeline syncs)."""
+    that returns none, or with fetch=False: the caller wants none)."""
     with _cursor(using, sql) as (cursor, sql):
         cursor.execute(sql, params)
         return cursor.fetchall() if fetch and cursor.description else []

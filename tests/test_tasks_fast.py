@@ -417,10 +417,9 @@ def test_a_datetime_stored_then_loaded_is_the_same_instant_as_django_s_own(momen
 
 
 def test_a_body_s_on_commit_callback_runs_after_the_commit_and_its_update_counts():
-    """The done-mark goes out with the COMMIT (PostgreSQL: one pipeline), but
-    not when the body left on_commit callbacks: they run after the commit as
-    Django runs them, outside any pipeline (there an UPDATE's row count would
-    not be known yet and save() would try an INSERT)."""
+    """A body's on_commit callbacks run after the task's commit, as Django
+    runs them, and their statements behave as anywhere else (an UPDATE's
+    row count known, so save() does not try an INSERT)."""
     result = tasks.insert_then_rename_on_commit.enqueue("hook")
     drain()
     assert list(Group.objects.values_list("name", flat=True)) == ["hook-committed"]
