@@ -31,6 +31,27 @@ def execute_many(sql: str, rows: list[list], *, using: str = DEFAULT_DB_ALIAS) -
         cursor.executemany(sql, rows)
 
 
+def execute_and_commit(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """The last statement of the outermost transaction.atomic() block, sent
+    with the COMMIT in one round trip on PostgreSQL (one psycopg pipeline,
+    synced once; the statement's failure aborts the COMMIT and is raised
+    here). The block's exit then finds the transaction committed (psycopg's
+    commit() does nothing on an idle connection) and runs the on_commit
+    callbacks as usual. Elsewhere (SQLite, or inside an outer block) the
+    statement alone, and the block's exit commits. (Not a pipeline around
+    Django's own commit: that costs two empty syncs, the autocommit switch's
+    and the pipeline's exit, for the one round trip it saves; a worker per
+    delivery on PostgreSQL, issue 25: 687/s with it, 761/s without, ~800/s
+    with this.)"""
+    db = connections[using]
+    if db.vendor != "postgresql" or len(db.atomic_blocks) != 1 or db.needs_rollback:
+        execute(sql, params, using=using, fetch=False)
+        return
+    with db.wrap_database_errors, db.connection.pipeline(), _dbapi_cursor(db) as cursor:
+        cursor.execute(sql, params)
+        cursor.execute("COMMIT")
+
+
 MARKED_FOR_ROLLBACK = (
     "The code run in the transaction (a handler, a task's body) caught a database error, so Django marked"
     " the transaction for rollback: its writes would not be committed. Let the error propagate (a failure, retried), or"

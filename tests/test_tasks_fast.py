@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -425,6 +425,30 @@ def test_a_body_s_on_commit_callback_runs_after_the_commit_and_its_update_counts
     assert list(Group.objects.values_list("name", flat=True)) == ["hook-committed"]
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "hook")
+
+
+def test_a_statement_sent_with_the_commit_commits_with_it_or_fails_with_nothing_committed():
+    """sql.execute_and_commit (the done-mark: on PostgreSQL the statement
+    and the COMMIT in one round trip): the block's writes and the statement
+    are committed together and the on_commit callbacks run once, after it;
+    a failing statement raises Django's error with nothing committed and no
+    callback run; inside an outer block it commits nothing of its own."""
+    names = lambda: sorted(Group.objects.values_list("name", flat=True))  # noqa: E731
+    insert, ran = f"INSERT INTO {Group._meta.db_table} (name) VALUES (%s)", []
+    with transaction.atomic():
+        Group.objects.create(name="a")
+        transaction.on_commit(lambda: ran.append(names()))
+        sql.execute_and_commit(insert, ["b"])
+    assert ran == [["a", "b"]]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Group.objects.create(name="c")
+        transaction.on_commit(lambda: ran.append("never"))
+        sql.execute_and_commit(insert, ["a"])  # a duplicate name
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with transaction.atomic():
+            sql.execute_and_commit(insert, ["d"])
+        raise RuntimeError("the outer block fails after the inner one")
+    assert (names(), ran) == (["a", "b"], [["a", "b"]])
 
 
 @pytest.mark.parametrize("batch", [None, 10])
