@@ -273,7 +273,8 @@ def still_running(pid: int) -> bool:
 def test_a_rabbitmq_node_from_bin_rabbitmq_node_stops_with_its_own_epmd(tmp_path):
     """bin/rabbitmq-node gives its node an epmd of its own (PORT+20001, started
     and stopped by pid): the node is not registered with the machine's shared
-    epmd on 4369, and `stop` (even twice) leaves nothing running."""
+    epmd on 4369, and `stop` (even twice; the first with start's own
+    arguments, the port too) leaves nothing running."""
     script, folder = ROOT / "bin" / "rabbitmq-node", tmp_path / "node"
     port = free_port(rabbitmq=True)
     try:
@@ -287,8 +288,9 @@ def test_a_rabbitmq_node_from_bin_rabbitmq_node_stops_with_its_own_epmd(tmp_path
         shared = subprocess.run(["epmd", "-names"], capture_output=True, text=True)  # 4369, if one runs
         assert name not in shared.stdout
     finally:
-        subprocess.run([script, "stop", folder], capture_output=True, timeout=120)
+        stopped = subprocess.run([script, "stop", folder, str(port)], capture_output=True, text=True, timeout=120)
         subprocess.run([script, "stop", folder], capture_output=True, timeout=120)  # twice: starts nothing
+    assert stopped.returncode == 0, stopped.stderr
     deadline = time.monotonic() + 15
     while still_running(epmd) or still_running(node):
         assert time.monotonic() < deadline, "the node or its epmd still runs after stop"
