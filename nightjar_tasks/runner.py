@@ -365,7 +365,9 @@ def _running(record: TaskRecord, started, me: str):
 
 
 def _mark_done(connection, record: TaskRecord, value, started) -> bool:
-    """The row as done (and `record` as stored, for task_finished)."""
+    """The row as done (and `record` as stored, for task_finished): the
+    last statement of the task's atomic block, which on PostgreSQL commits
+    with it (sql.execute_and_commit)."""
     record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, timezone.now(), value
     record.last_attempted_at, record.attempts = started, record.attempts + 1
     _, _, update, _ = _statements(connection.vendor)
