@@ -5,7 +5,7 @@ models built on the engine's abstract ones."""
 import io
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, ManagementUtility, call_command
 
 from delivery import channel, records
 from tickets.channel import RegistrationsChannel
@@ -81,6 +81,21 @@ def test_without_registrations_the_only_channel_is_current_and_several_need_a_na
     monkeypatch.setattr(channel, "_channels", {"second": second, "third": SecondChannel()})
     with pytest.raises(LookupError, match=r"Several delivery channels are registered \(second, third\)"):
         channel.current()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("command", [["worker", "--drain"], ["reconcile"], ["parked"]])
+def test_the_engine_s_commands_run_with_several_channels_and_none_the_default(command, second, monkeypatch):
+    """A project of its own (no registrations; e.g. two task queues): the
+    command's help, built before --channel is read, names no one channel,
+    and the command serves the one named."""
+    monkeypatch.setattr(channel, "_channels", {"second": second, "third": SecondChannel()})
+    name = command[0]
+    parser = ManagementUtility(["manage.py", name]).fetch_command(name).create_parser("manage.py", name)
+    assert "--channel" in parser.format_help()
+    call_command(*command, "--channel", "second", stdout=io.StringIO())
+    with pytest.raises(CommandError, match=r"Several delivery channels are registered \(second, third\)"):
+        call_command(*command, stdout=io.StringIO())
 
 
 @pytest.mark.django_db(transaction=True)

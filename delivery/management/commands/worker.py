@@ -9,6 +9,13 @@ from delivery.worker import Worker
 logger = logging.getLogger("delivery.worker")
 
 
+def _default_handlers() -> str:
+    """Each registered channel's default handler, for --handler's help: the
+    help is built before --channel is read, so it cannot ask for the one
+    channel (a project with several and no default has none yet)."""
+    return "; ".join(f"{user.name}: {user.handler_help}" for user in channel.all()) or "none registered"
+
+
 class Command(BaseCommand):
     help = (
         "Turn registrations from the broker (RabbitMQ or Redis) into tickets. By default takes one ready delivery and exits; "
@@ -27,7 +34,7 @@ class Command(BaseCommand):
             "--handler",
             help=(
                 f"Dotted path or .py file of the handler (default: NIGHTJAR_HANDLER; in lab mode the learner's "
-                f"lab/handler.py once `lab start` made it; else {channel.current().handler_help})."
+                f"lab/handler.py once `lab start` made it; else the channel's own: {_default_handlers()})."
             ),
         )
         exits.add_channel_argument(parser)
