@@ -97,7 +97,8 @@ def main(argv: list[str]) -> int:
             print(f"no process {pid}", file=sys.stderr)
             return 1
         lines = [
-            "# Written by bin/run; removed when it stops. manage.py reads it only while that bin/run runs.",
+            f"# Written by the run script (pid {pid}; bin/run, or the tasks demo's run); removed when it stops."
+            " manage.py reads it only while that run runs.",
             f"BIN_RUN_PID={pid}",
             f"BIN_RUN_STARTED={started}",
         ]

@@ -47,6 +47,8 @@ TASKS = {
 NIGHTJAR_BROKER_URL = os.environ.get("NIGHTJAR_BROKER_URL") or "amqp://guest:guest@127.0.0.1:5675/%2F"
 NIGHTJAR_TASKS_QUEUE = os.environ.get("NIGHTJAR_TASKS_QUEUE") or "tasks_demo"
 NIGHTJAR_CONSUMER_NAME = os.environ.get("NIGHTJAR_CONSUMER_NAME", "")
+# RabbitMQ's management API, for the unacknowledged count in tasks_status (`run` sets it for its node).
+RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")
 # Killed workers' entries are claimed by the others after this long (Redis Streams).
 NIGHTJAR_CLAIM_IDLE_SECONDS = float(os.environ.get("NIGHTJAR_CLAIM_IDLE_SECONDS") or 60)
 
