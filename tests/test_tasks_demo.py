@@ -64,39 +64,25 @@ def test_the_two_commands_of_the_readme_run_the_demo_in_a_fresh_checkout(tmp_pat
     reader.start()
     try:
         assert ready.wait(300) and run.poll() is None, "run did not start:\n" + "".join(output)
+
         # The second terminal: nothing exported, the command as the README writes it.
-        demo = subprocess.run(
-            [".venv/bin/python", "examples/tasks_demo/manage.py", "demo"],
-            cwd=checkout,
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        def second_terminal(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+            command = [".venv/bin/python", "examples/tasks_demo/manage.py", *args]
+            return subprocess.run(
+                command, cwd=checkout, env=clean_env(), capture_output=True, text=True, timeout=timeout
+            )
+
+        demo = second_terminal("demo", timeout=300)
         assert demo.returncode == 0, demo.stdout + demo.stderr + "".join(output)
         assert demo.stdout.splitlines() == readme_output()
-        parked = subprocess.run(
-            [".venv/bin/python", "examples/tasks_demo/manage.py", "parked", "--channel", "tasks"],
-            cwd=checkout,
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        parked = second_terminal("parked", "--channel", "tasks")
         assert parked.returncode == 0, parked.stdout + parked.stderr
         assert "demo.tasks.divide raised ZeroDivisionError: division by zero" in parked.stdout, parked.stdout
         # The queue's counts as the broker gives them (RabbitMQ's unacknowledged from the management API
         # that run's node has: "unknown" while its statistics, a few seconds behind, lag what is true now).
         counted, deadline = None, time.monotonic() + 60
         while counted is None and time.monotonic() < deadline:
-            status = subprocess.run(
-                [".venv/bin/python", "examples/tasks_demo/manage.py", "tasks_status"],
-                cwd=checkout,
-                env=clean_env(),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            status = second_terminal("tasks_status")
             counted = re.search(r"^Queue \S+: \d+ ready, \d+ unacknowledged", status.stdout, re.M)
             time.sleep(0 if counted else 2)
         assert counted, status.stdout
