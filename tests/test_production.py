@@ -281,6 +281,8 @@ def test_a_rabbitmq_node_from_bin_rabbitmq_node_stops_with_its_own_epmd(tmp_path
         started = subprocess.run([script, "start", folder, str(port)], capture_output=True, text=True, timeout=120)
         assert started.returncode == 0, started.stderr
         assert started.stdout.strip() == f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+        management = subprocess.run([script, "management-url", folder], capture_output=True, text=True, timeout=30)
+        assert management.stdout.strip() == f"http://127.0.0.1:{port + 10000}/"
         epmd, node = (int((folder / name).read_text()) for name in ("epmd.pid", "node.pid"))
         names = subprocess.run(["epmd", "-port", str(port + 20001), "-names"], capture_output=True, text=True)
         name = re.search(r"name (nightjar-\d+)", names.stdout).group(1)  # registered with its own epmd
