@@ -6,10 +6,12 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -300,6 +302,34 @@ def test_a_rabbitmq_node_from_bin_rabbitmq_node_stops_with_its_own_epmd(tmp_path
     for closed in (port, port + 20001):  # nothing answers there any more
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", closed)) != 0, f"something still listens on {closed}"
+
+
+@pytest.mark.broker
+@pytest.mark.transport_free
+def test_redis_node_and_postgres_cluster_stop_when_given_start_s_own_arguments(tmp_path):
+    """`stop DIR PORT` (start's command with stop for start, as an operator
+    retypes it) stops what `start DIR PORT` started, as `stop DIR` does."""
+    # (PostgreSQL runs as the postgres user, who cannot enter pytest's private tmp_path.)
+    pg_folder = Path(tempfile.mkdtemp(prefix="nightjar-pg."))
+    try:
+        for script, folder in (("redis-node", tmp_path / "redis"), ("postgres-cluster", pg_folder)):
+            command, port = [ROOT / "bin" / script], free_port()
+            started = subprocess.run(
+                [*command, "start", folder, str(port)], capture_output=True, text=True, timeout=120
+            )
+            try:
+                assert started.returncode == 0, started.stderr
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()  # it listens
+            finally:
+                stopped = subprocess.run(
+                    [*command, "stop", folder, str(port)], capture_output=True, text=True, timeout=120
+                )
+            assert stopped.returncode == 0, stopped.stderr
+            with socket.socket() as probe:
+                assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{script} still listens on {port} after stop"
+    finally:
+        subprocess.run([ROOT / "bin" / "postgres-cluster", "stop", pg_folder], capture_output=True, timeout=120)
+        shutil.rmtree(pg_folder, ignore_errors=True)
 
 
 @pytest.mark.broker

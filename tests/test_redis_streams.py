@@ -6,14 +6,11 @@ survives."""
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -180,33 +177,6 @@ def test_every_acknowledged_xadd_survives_a_kill_9(redis_server):
     print(f"acknowledged {sum(acknowledged)} XADDs before the kill -9 (4 publishers); {len(survived)} survived,")
     print(f"  {len(survived) - sum(acknowledged)} of them in flight when the server died")
     assert sum(acknowledged) >= 1000
-
-
-@pytest.mark.transport_free
-def test_redis_node_and_postgres_cluster_stop_when_given_start_s_own_arguments(tmp_path):
-    """`stop DIR PORT` (start's command with stop for start, as an operator
-    retypes it) stops what `start DIR PORT` started, as `stop DIR` does."""
-    # (PostgreSQL runs as the postgres user, who cannot enter pytest's private tmp_path.)
-    pg_folder = Path(tempfile.mkdtemp(prefix="nightjar-pg."))
-    try:
-        for script, folder in (("redis-node", tmp_path / "redis"), ("postgres-cluster", pg_folder)):
-            command, port = [ROOT / "bin" / script], free_port()
-            started = subprocess.run(
-                [*command, "start", folder, str(port)], capture_output=True, text=True, timeout=120
-            )
-            try:
-                assert started.returncode == 0, started.stderr
-                socket.create_connection(("127.0.0.1", port), timeout=5).close()  # it listens
-            finally:
-                stopped = subprocess.run(
-                    [*command, "stop", folder, str(port)], capture_output=True, text=True, timeout=120
-                )
-            assert stopped.returncode == 0, stopped.stderr
-            with socket.socket() as probe:
-                assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{script} still listens on {port} after stop"
-    finally:
-        subprocess.run([ROOT / "bin" / "postgres-cluster", "stop", pg_folder], capture_output=True, timeout=120)
-        shutil.rmtree(pg_folder, ignore_errors=True)
 
 
 def test_redis_node_says_why_it_did_not_start_when_a_silent_program_holds_its_port(tmp_path):
