@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -122,9 +123,10 @@ INSTALLED_APPS = [
     "door",
     "desk",
     "classroom",
-    "django_tasks",  # the Tasks framework backport (Django 5.2)
-    "nightjar_tasks",  # Nightjar as its backend, on the delivery engine
+    "nightjar_tasks",  # Nightjar as Django's Tasks backend, on the delivery engine
 ]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.insert(-1, "django_tasks")  # the Tasks framework's backport (Django 5.2); Django 6 has django.tasks
 
 # Django's Tasks framework on Nightjar's engine (nightjar_tasks/; README).
 TASKS = {"default": {"BACKEND": "nightjar_tasks.backend.NightjarBackend"}}

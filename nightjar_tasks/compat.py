@@ -1,22 +1,45 @@
 """The one place that imports the Tasks framework: Django 6.x's `django.tasks`
-when present, else the `django-tasks` backport (0.12, for Django 5.2)."""
+when present, else the `django-tasks` backport (0.12, for Django 5.2).
+
+The two differ in a few names: Django 6 calls the invalid-task error
+`InvalidTask` (the backport `InvalidTaskError`) and has no `utils` module
+(its `normalize_json` lives in `django.utils.json`; the two helpers the
+backport's `utils` has are one line each, written here)."""
+
+from traceback import format_exception
 
 try:  # Django 6.x
     from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
-    from django.tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTask as InvalidTaskError
+    from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
-    from django.tasks.utils import get_exception_traceback, get_module_path, normalize_json
+    from django.utils.json import normalize_json
+
+    BACKPORT = False
 except ImportError:  # the backport
     from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import TaskError
     from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
-    from django_tasks.utils import get_exception_traceback, get_module_path, normalize_json
+    from django_tasks.utils import normalize_json
+
+    BACKPORT = True
+
+
+def get_module_path(value) -> str:
+    """The dotted path TaskError stores for an exception class (as both frameworks write it)."""
+    return f"{value.__module__}.{value.__qualname__}"
+
+
+def get_exception_traceback(error: BaseException) -> str:
+    return "".join(format_exception(error))
+
 
 __all__ = [
+    "BACKPORT",
     "DEFAULT_TASK_QUEUE_NAME",
     "BaseTaskBackend",
     "InvalidTaskError",
