@@ -13,19 +13,43 @@ are read from the database and the broker at scrape time, by the web only.
 import hmac
 import os
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-    multiprocess,
-    start_http_server,
-)
-from prometheus_client.core import GaugeMetricFamily
-
 from delivery import channel, conf
+
+try:
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        REGISTRY,
+        CollectorRegistry,
+        Counter,
+        Histogram,
+        generate_latest,
+        multiprocess,
+        start_http_server,
+    )
+    from prometheus_client.core import GaugeMetricFamily
+
+    AVAILABLE = True
+except ImportError:  # the library's [prometheus] extra is not installed: nothing is counted
+    AVAILABLE = False
+
+    class _Uncounted:
+        """What a counter or histogram is without prometheus-client: every call does nothing."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def labels(self, *values):
+            return self
+
+        def inc(self, amount: float = 1) -> None:
+            pass
+
+        def observe(self, amount: float) -> None:
+            pass
+
+    Counter = Histogram = _Uncounted
+
+UNAVAILABLE = "Metrics need prometheus-client: pip install 'django-nightjar[prometheus]'."
 
 REGISTRATIONS = Counter("nightjar_registrations_created", "Registrations stored by the web (the durable intent).")
 PUBLISHES_FAILED = Counter(
@@ -101,6 +125,8 @@ def multiprocess_mode() -> bool:
 def exposition(*, desk: bool) -> tuple[bytes, str]:
     """The text a scrape gets: this process's values (or all processes' in
     multiprocess mode), plus the desk's gauges when asked."""
+    if not AVAILABLE:
+        raise RuntimeError(UNAVAILABLE)
     if multiprocess_mode():
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
@@ -126,5 +152,8 @@ def token_matches(header: str) -> bool:
 
 def serve_worker_metrics(port: int, address: str) -> None:
     """The worker's own metrics on http://address:port/metrics (a thread of
-    the library's); raises OSError when the port is taken."""
+    the library's); raises OSError when the port is taken, RuntimeError
+    without prometheus-client."""
+    if not AVAILABLE:
+        raise RuntimeError(UNAVAILABLE)
     start_http_server(port, addr=address)

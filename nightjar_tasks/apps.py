@@ -12,6 +12,8 @@ class NightjarTasksConfig(AppConfig):
 
         channel.register_channels()
         from delivery import metrics as engine_metrics
-        from nightjar_tasks.metrics import TaskPathCollector
 
-        engine_metrics.add_desk_collector(TaskPathCollector())  # the desk's /metrics, per task path
+        if engine_metrics.AVAILABLE:  # the [prometheus] extra
+            from nightjar_tasks.metrics import TaskPathCollector
+
+            engine_metrics.add_desk_collector(TaskPathCollector())  # the desk's /metrics, per task path

@@ -115,6 +115,8 @@ class Command(BaseCommand):
             raise CommandError("--metrics-port only makes sense with --serve.", returncode=exits.USAGE)
         if options["metrics_port"] is not None and not 1 <= options["metrics_port"] <= 65535:
             raise CommandError("--metrics-port must be a port number (1-65535).", returncode=exits.USAGE)
+        if options["metrics_port"] is not None and not metrics.AVAILABLE:
+            raise CommandError(metrics.UNAVAILABLE, returncode=exits.USAGE)
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
         user = exits.select_channel(options["channel"])

@@ -1,0 +1,169 @@
+"""The library as a stranger installs it: the wheel built from this checkout
+(the engine and the Tasks backend, nothing of the site), installed with one
+broker extra into a fresh virtual environment with no checkout on the path,
+into a fresh `django-admin startproject` whose settings get the README's block
+pasted as written; then check, migrate, a task enqueued inside atomic(), the
+worker run, and the result read SUCCESSFUL from another process — on Django
+5.2 with the backport (Python 3.11) and on Django 6.1 with django.tasks
+(Python 3.12, the image's pyenv build; none found fails)."""
+
+import re
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from devtools import pythons
+
+pytestmark = [pytest.mark.system, pytest.mark.transport_free]
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = ("delivery", "nightjar_tasks")  # the wheel's only top-level packages
+
+
+def readme_settings_block() -> str:
+    """The indented block after "Paste into your settings:" in the README, as written."""
+    readme = (ROOT / "README.md").read_text()
+    after = readme.split("Paste into your\nsettings:", 1)[1] if "Paste into your\nsettings:" in readme else None
+    if after is None:
+        after = readme.split("your settings:\n", 1)[1]
+    block = re.match(r"\n((?:    .*\n|\n)+)", after).group(1)
+    return textwrap.dedent(block)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    (built,) = out.glob("django_nightjar-*.whl")
+    return built
+
+
+def test_the_wheel_holds_the_engine_and_the_tasks_backend_only(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == set(LIBRARY)
+    assert "nightjar_tasks/migrations/0001_initial.py" in names
+    assert "delivery/management/commands/worker.py" in names
+    for site_part in ("tickets/", "desk/", "door/", "classroom/", "nightjar/", "tests/", "examples/", "devtools/"):
+        assert not any(name.startswith(site_part) for name in names), site_part
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Name: django-nightjar" in metadata
+    for extra in ("rabbitmq", "redis", "postgres", "prometheus", "backport"):
+        assert f"Provides-Extra: {extra}" in metadata
+    # pika, redis-py and prometheus-client only with their extras: a project on Redis never installs pika.
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert [line for line in requires if "extra ==" not in line] == ["Requires-Dist: Django>=5.2"]
+
+
+TASK_APP = {
+    "shop/__init__.py": "",
+    "shop/models.py": """
+        from django.db import models
+
+        class Visit(models.Model):
+            name = models.CharField(max_length=100)
+        """,
+    "shop/tasks.py": """
+        try:
+            from django.tasks import task
+        except ImportError:
+            from django_tasks import task
+
+        from shop.models import Visit
+
+        @task
+        def record_visit(name):
+            Visit.objects.create(name=name)
+            return f"recorded {name}"
+        """,
+}
+
+ENQUEUE = """
+from django.db import transaction
+from shop.tasks import record_visit
+with transaction.atomic():
+    result = record_visit.enqueue("Ada")
+print(result.id)
+"""
+
+RESULT = """
+from shop.models import Visit
+from shop.tasks import record_visit
+result = record_visit.get_result({result_id!r})
+print(result.status, result.return_value, Visit.objects.count())
+"""
+
+
+@pytest.mark.parametrize(
+    ("django", "extras"),
+    [("5.2", "rabbitmq,backport"), ("6.1", "rabbitmq")],
+    ids=["django-5.2-python-3.11", "django-6.1-python-3.12"],
+)
+def test_a_stranger_installs_the_wheel_and_runs_a_task_once(wheel, rabbit, tmp_path, django, extras):
+    python = sys.executable if django == "5.2" else pythons.python312()
+    assert python, "No Python 3.12 or newer found for Django 6.1 (pyenv's versions, python3.12, or PYTHON312)."
+    venv = tmp_path / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, f"{wheel}[{extras}]", f"Django=={django}.*"], check=True, timeout=600)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    # The project's own folder only: no checkout on the path (PYTHONPATH cleared, cwd the project).
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    run = _runner(project, env)
+    run("django-admin", "startproject", "mysite", ".")
+    for name, text in TASK_APP.items():
+        (project / name).parent.mkdir(exist_ok=True)
+        (project / name).write_text(textwrap.dedent(text))
+    settings = project / "mysite" / "settings.py"
+    settings.write_text(
+        settings.read_text()
+        + "\n# Pasted from Nightjar's README, as written:\n"
+        + readme_settings_block()
+        + "\n# This project's own:\n"
+        + 'INSTALLED_APPS += ["shop"]\n'
+        + f"NIGHTJAR_BROKER_URL = {rabbit.url!r}\n"
+        + f'NIGHTJAR_TASKS_QUEUE = "wheel-{django}"\n'
+    )
+
+    run("python", "manage.py", "makemigrations", "shop")
+    assert "System check identified no issues" in run("python", "manage.py", "check")
+    run("python", "manage.py", "migrate")
+    result_id = run("python", "manage.py", "shell", "-c", ENQUEUE).strip().splitlines()[-1]
+    worked = run("python", "manage.py", "worker", "--channel", "tasks", "--drain")
+    assert "Handler returned." in worked
+    status = run("python", "manage.py", "shell", "-c", RESULT.format(result_id=result_id))
+    assert status.strip().splitlines()[-1].split() == ["SUCCESSFUL", "recorded", "Ada", "1"]
+
+
+def _runner(cwd: Path, env: dict[str, str]):
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        )
+        assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    return run
