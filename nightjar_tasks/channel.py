@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from delivery import channel, transport
+from delivery.codec import ContractError
 from nightjar_tasks import conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
@@ -69,6 +70,12 @@ class TasksChannel(channel.Channel):
     @staticmethod
     def check_stored(message, stored) -> None:
         messages.check_stored(message, stored.path if stored is not None else None)
+        if stored.run_after is not None and stored.run_after > timezone.now():
+            # Deferred, or waiting out its retry's backoff: reconcile publishes it when due.
+            raise ContractError(
+                f"Task {message.task_id} is not due until {stored.run_after:%Y-%m-%d %H:%M:%S %Z}: "
+                "a message came before its time, and it runs when due."
+            )
 
     @staticmethod
     def made_since(intent_id, since) -> bool:

@@ -2,11 +2,21 @@
 its completion key, and the engine's records (delivery/records.py) for the
 tasks channel, each in its own table with a foreign key to the task."""
 
+import secrets
+
 from django.db import models
 from django.utils import timezone
 
 from delivery import records
 from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.messages import MAX_TASK_ID
+
+
+def new_task_id() -> int:
+    """A task's id, which is its TaskResult's id: random (~60 bits), so never
+    given again to another task (a rolled-back enqueue's id included) and not
+    guessed from another's; at most 18 digits, as a task message may name."""
+    return secrets.randbelow(MAX_TASK_ID) + 1
 
 
 class TaskRecordQuerySet(models.QuerySet):
@@ -21,6 +31,7 @@ class TaskRecord(models.Model):
 
     STATUSES = [(status.value, status.label) for status in TaskResultStatus]
 
+    id = models.BigIntegerField(primary_key=True, default=new_task_id, editable=False)
     task_path = models.CharField(max_length=300)
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
@@ -48,6 +59,8 @@ class TaskRecord(models.Model):
     requeued_at_attempt = models.PositiveIntegerField(default=0)
     # False: the body ran outside the transaction that recorded it (at-least-once).
     atomic = models.BooleanField(default=True)
+    # enqueue_once()'s key: unique, so the same work enqueued twice is one task (NULLs never clash).
+    enqueue_key = models.CharField(max_length=200, null=True, blank=True, unique=True, editable=False)
 
     objects = TaskRecordQuerySet.as_manager()
 
