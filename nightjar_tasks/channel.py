@@ -18,6 +18,7 @@ from nightjar_tasks.models import (
     TaskRecord,
     TaskRedelivery,
     TaskRejectedMessage,
+    TaskStaffAction,
     TaskWorkerReport,
 )
 
@@ -147,8 +148,9 @@ class TasksChannel(channel.Channel):
             raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
 
     def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
-        """No trace table of its own (the parked record keeps who and when);
-        a requeue gives the task back to the workers with a fresh retry budget."""
+        """The trace (TaskStaffAction); a requeue gives the task back to the
+        workers with a fresh retry budget."""
+        TaskStaffAction.objects.create(actor=actor[:150], action=action[:40], task=intent, detail=detail[:500])
         if action == "requeue":
             TaskRecord.objects.filter(pk=intent.pk).update(
                 status=TaskResultStatus.READY,

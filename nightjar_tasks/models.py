@@ -67,6 +67,11 @@ class TaskRecord(models.Model):
     class Meta:
         ordering = ["-enqueued_at", "-id"]
         indexes = [models.Index(fields=["status", "published_at"], name="nightjar_task_due")]
+        # The admin's two actions on a parked task, each a permission of its own (view: Django's view_taskrecord).
+        permissions = [
+            ("requeue_taskrecord", "Can requeue a parked task"),
+            ("discard_taskrecord", "Can discard a parked task"),
+        ]
 
     def __str__(self) -> str:
         return f"task {self.pk} {self.task_path} {self.status}"
@@ -109,3 +114,20 @@ class TaskRedelivery(records.AbstractRedelivery):
 
 class TaskWorkerReport(records.AbstractWorkerReport):
     """What a worker serving the tasks channel says about itself."""
+
+
+class TaskStaffAction(models.Model):
+    """Who requeued or discarded which task, and when: written in the same
+    transaction as the change, whether staff used the admin or `parked`."""
+
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=40)
+    task = _task_key("staff_actions")
+    detail = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} task {self.task_id} at {self.at:%Y-%m-%d %H:%M:%S}"

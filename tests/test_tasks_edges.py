@@ -288,3 +288,132 @@ def test_a_huge_task_id_on_the_queue_and_in_its_dead_letters_never_stops_reconci
     workers.run("--channel", "tasks", "--drain")
     assert tasks.add.get_result(str(lost.pk)).return_value == 42
     assert TaskRejectedMessage.objects.count() == 2
+
+
+# -- what staff and operators see --
+
+
+def parked_task(name: str) -> TaskRecord:
+    """A task that failed its last attempt and waits for staff, as the runner leaves one."""
+    record = TaskRecord.objects.create(
+        task_path=tasks.insert_row.module_path,
+        args=[name],
+        status=TaskResultStatus.FAILED,
+        attempts=3,
+        errors=[
+            {"exception_class_path": "builtins.RuntimeError", "traceback": "Traceback ...\nRuntimeError: <b>no</b>"}
+        ],
+        worker_ids=["host:1", "host:2", "host:3"],
+        finished_at=timezone.now(),
+    )
+    TaskParked.objects.create(task=record, reason="RuntimeError: no", attempts=3, body_sha256="")
+    return record
+
+
+def staff_with(client, *codenames: str, name: str = "door-keeper"):
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="nightjar_tasks", codename__in=codenames)
+    )
+    client.force_login(user)
+    return client
+
+
+CHANGELIST = "/admin/nightjar_tasks/taskrecord/"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_the_tasks_admin_lists_filters_searches_and_shows_a_task_read_only(client, tasks_channel):
+    parked = parked_task("stuck")
+    done = tasks.add.enqueue(1, 2)
+    viewer = staff_with(client, "view_taskrecord")
+    page = viewer.get(CHANGELIST).content.decode()
+    assert str(parked.pk) in page and done.id in page
+    assert done.id not in viewer.get(CHANGELIST + "?parked=yes").content.decode()
+    assert done.id not in viewer.get(CHANGELIST + "?status__exact=FAILED").content.decode()
+    found = viewer.get(CHANGELIST, {"q": str(parked.pk)}).content.decode()
+    assert str(parked.pk) in found and done.id not in found
+    assert viewer.get(CHANGELIST, {"q": "9" * 40}).status_code == 200  # a number no id can be: nothing found
+    detail = viewer.get(f"{CHANGELIST}{parked.pk}/change/").content.decode()
+    assert "RuntimeError: &lt;b&gt;no&lt;/b&gt;" in detail  # the traceback, escaped
+    assert "host:1, host:2, host:3" in detail and "&quot;stuck&quot;" in detail
+    assert 'name="_save"' not in detail  # read-only
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_a_viewer_cannot_requeue_or_discard_and_each_action_has_its_own_permission(client, tasks_channel):
+    parked = parked_task("stuck")
+    viewer = staff_with(client, "view_taskrecord")
+    listed = viewer.get(CHANGELIST).content.decode()
+    assert 'value="requeue"' not in listed and 'value="discard"' not in listed
+    refused = viewer.post(CHANGELIST, {"action": "requeue", "_selected_action": [parked.pk], "confirm": "requeue"})
+    assert refused.status_code in (200, 302, 403)
+    assert TaskParked.objects.get(task=parked).resolution == ""
+    discarder = staff_with(client, "view_taskrecord", "discard_taskrecord", name="discarder")
+    listed = discarder.get(CHANGELIST).content.decode()
+    assert 'value="discard"' in listed and 'value="requeue"' not in listed
+    response = discarder.post(CHANGELIST, {"action": "requeue", "_selected_action": [parked.pk], "confirm": "requeue"})
+    assert TaskParked.objects.get(task=parked).resolution == ""  # requeue needs its own permission
+    assert response.status_code in (200, 302)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_requeue_in_the_admin_shows_its_plan_then_runs_the_task_again_with_a_trail(client, tasks_channel):
+    from nightjar_tasks.models import TaskStaffAction
+
+    parked = parked_task("again")
+    other = tasks.add.enqueue(2, 2)
+    staff = staff_with(client, "view_taskrecord", "requeue_taskrecord")
+    plan = staff.post(CHANGELIST, {"action": "requeue", "_selected_action": [parked.pk, other.id]})
+    text = plan.content.decode()
+    assert f"task {parked.pk} (tests.task_functions.insert_row): run again" in text
+    assert f"task {other.id} (tests.task_functions.add, READY)" in text  # not parked: named, left alone
+    assert TaskParked.objects.get(task=parked).resolution == ""  # nothing before the confirmation
+    staff.post(CHANGELIST, {"action": "requeue", "_selected_action": [parked.pk, other.id], "confirm": "requeue"})
+    assert TaskParked.objects.get(task=parked).resolution == TaskParked.REQUEUED
+    (trail,) = TaskStaffAction.objects.all()
+    assert (trail.actor, trail.action, trail.task_id) == ("door-keeper (admin)", "requeue", parked.pk)
+    drain()
+    assert Group.objects.filter(name="again").count() == 1
+    assert TaskRecord.objects.get(pk=parked.pk).status == TaskResultStatus.SUCCESSFUL
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_discard_in_the_admin_gives_up_on_a_parked_task_with_a_trail(client, tasks_channel):
+    from nightjar_tasks.models import TaskStaffAction
+
+    parked = parked_task("never")
+    staff = staff_with(client, "view_taskrecord", "discard_taskrecord")
+    assert (
+        "give up on" in staff.post(CHANGELIST, {"action": "discard", "_selected_action": [parked.pk]}).content.decode()
+    )
+    staff.post(CHANGELIST, {"action": "discard", "_selected_action": [parked.pk], "confirm": "discard"})
+    assert TaskParked.objects.get(task=parked).resolution == TaskParked.DISCARDED
+    assert TaskStaffAction.objects.get().action == "discard"
+    assert TaskRecord.objects.get(pk=parked.pk).status == TaskResultStatus.FAILED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_tasks_status_and_the_desk_tell_a_lost_publish_from_a_task_waiting_for_its_time(tasks_channel, staff):
+    from django.core.management import call_command
+
+    from nightjar_tasks import summary
+
+    lost_publish(tasks.add, 1, 1)
+    tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(2, 2)
+    tasks.add.enqueue(3, 3)  # just published: neither
+    (row,) = summary.by_task_path()
+    assert (row.waiting, row.scheduled, row.lost) == (3, 1, 1)
+    out = io.StringIO()
+    call_command("tasks_status", stdout=out)
+    assert "waiting=3 (scheduled=1, lost=1)" in out.getvalue()
+    assert "Lost publishes: 1 task(s)" in out.getvalue()
+    desk = staff.get("/admin/tickets/registration/delivery-status/").content.decode()
+    assert "Lost publishes" in desk and '<td class="desk-warn">1</td>' in desk
