@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
+from delivery.codec import storable_text
 from door.models import MAX_PAYLOAD, CheckIn, Scan, TicketDigest, digest
 from tickets.models import Registration, Ticket
 from tickets.services.registrations import NightjarError
@@ -64,6 +66,13 @@ class Answer:
             "repeated": self.repeated,
             "conflict": self.conflict,
         }
+
+
+def door_user_key(user_pk) -> str:
+    """The name a door phone files its queue of offline scans under: one per
+    staff user (a phone shared by two doormen never sends one's scans as the
+    other's), opaque (not the user's id)."""
+    return salted_hmac("nightjar.door.queue", str(user_pk)).hexdigest()[:16]
 
 
 def clock(at: datetime) -> str:
@@ -219,10 +228,14 @@ def scan_ticket(
     offline door let the guest in before asking (a conflict if another scan
     was first). `typed`: staff typed the code (a ticket or registration number)."""
     scan_id = checked_scan_id(scan_id)
-    door = (door.strip() if isinstance(door, str) else "")[:40] or "door"
+    # Any text a phone sends is stored as every database stores it (a lone surrogate
+    # or a NUL would fail the INSERT: PostgreSQL refuses NUL, both refuse surrogates).
+    door = storable_text(door.strip() if isinstance(door, str) else "", max_bytes=160)[:40] or "door"
+    actor = storable_text(actor, max_bytes=600)[:150]
+    fingerprint = code_fingerprint(code, typed=typed)
     previous = Scan.objects.select_related("ticket__registration").filter(scan_id=scan_id).first()
     if previous is not None:
-        return answer_of(previous, repeated=True)
+        return repeat_of(previous, fingerprint=fingerprint, actor=actor)
     verdict = judge(code, typed=typed)
     now = timezone.now()
     at = believed(scanned, now)
@@ -239,6 +252,7 @@ def scan_ticket(
                 detail=verdict.detail[:300],
                 ticket=verdict.ticket,
                 offline=offline,
+                code_sha256=fingerprint,
             )
             if verdict.ticket is not None:
                 check_in_or_amber(scan, verdict.ticket, admitted=admitted)
@@ -247,8 +261,28 @@ def scan_ticket(
         previous = Scan.objects.select_related("ticket__registration").filter(scan_id=scan_id).first()
         if previous is None:
             raise
-        return answer_of(previous, repeated=True)
+        return repeat_of(previous, fingerprint=fingerprint, actor=actor)
     return answer_of(scan)
+
+
+def code_fingerprint(code, *, typed: bool) -> str:
+    """What a scan id is bound to: the digest of the code as sent (and whether it was typed)."""
+    text = code if isinstance(code, str) else repr(code)[:200]
+    return digest(("typed:" if typed else "scanned:") + text)
+
+
+def repeat_of(previous: Scan, *, fingerprint: str, actor: str) -> Answer:
+    """A scan id answered before: the same scan sent again (a retry, a sync
+    repeated) gets its first answer, marked repeated; the id with another
+    code or from another staff user is refused (a phone reusing ids would
+    otherwise be told the first scan's verdict for another ticket)."""
+    if previous.by != actor or (previous.code_sha256 and previous.code_sha256 != fingerprint):
+        raise DoorError(
+            f"Scan id {previous.scan_id} was already used for another scan"
+            f"{'' if previous.by == actor else ' by another staff user'}: nothing was checked in. "
+            "Scan the ticket again (each scan needs an id of its own)."
+        )
+    return answer_of(previous, repeated=True)
 
 
 def check_in_or_amber(scan: Scan, ticket: Ticket, *, admitted: bool) -> None:
