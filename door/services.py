@@ -210,6 +210,25 @@ def believed(scanned: datetime | None, now: datetime) -> datetime:
     return min(scanned, now)
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def judge_digest(sha256) -> Verdict:
+    """An offline door's scan, sent as the SHA-256 of the code it read (the
+    phone keeps no secret it does not need): the same verdicts as judge()."""
+    if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
+        return Verdict(Scan.RED, NOT_OURS, "The scan's digest is not a SHA-256.")
+    row = TicketDigest.objects.select_related("ticket").filter(sha256=sha256).first()
+    if row is None:
+        fill_digests()
+        row = TicketDigest.objects.select_related("ticket").filter(sha256=sha256).first()
+    if row is None:
+        return Verdict(Scan.RED, NOT_OURS, "The code matches no ticket: altered, or from another event.")
+    if row.ticket is None:
+        return replaced(row)
+    return judge_ticket(row.ticket)
+
+
 def scan_ticket(
     *,
     code,
@@ -220,23 +239,36 @@ def scan_ticket(
     offline: bool = False,
     admitted: bool = False,
     typed: bool = False,
+    code_sha256=None,
 ) -> Answer:
     """A scan at the door: the first scan of a valid ticket checks the guest
     in (the check-in and its scan in one transaction), every later one is
     amber with the original time and door, anything else red. A scan id seen
     before gets its first answer again and writes nothing. `admitted`: an
     offline door let the guest in before asking (a conflict if another scan
-    was first). `typed`: staff typed the code (a ticket or registration number)."""
+    was first); an offline scan the door did not admit (its list said red or
+    amber) is recorded but checks nobody in: what the phone showed stands.
+    `typed`: staff typed the code (a ticket or registration number).
+    `code_sha256`: an offline scan sent as its code's digest instead of the code."""
     scan_id = checked_scan_id(scan_id)
     # Any text a phone sends is stored as every database stores it (a lone surrogate
     # or a NUL would fail the INSERT: PostgreSQL refuses NUL, both refuse surrogates).
     door = storable_text(door.strip() if isinstance(door, str) else "", max_bytes=160)[:40] or "door"
     actor = storable_text(actor, max_bytes=600)[:150]
-    fingerprint = code_fingerprint(code, typed=typed)
+    by_digest = code is None and code_sha256 is not None and not typed
+    fingerprint = code_fingerprint(code, typed=typed, sha256=code_sha256 if by_digest else None)
     previous = Scan.objects.select_related("ticket__registration").filter(scan_id=scan_id).first()
     if previous is not None:
         return repeat_of(previous, fingerprint=fingerprint, actor=actor)
-    verdict = judge(code, typed=typed)
+    verdict = judge_digest(code_sha256) if by_digest else judge(code, typed=typed)
+    if offline and not admitted and verdict.ticket is not None:
+        # Turned away at the door by its offline list (stale, say): recorded, not checked in.
+        verdict = Verdict(
+            Scan.RED,
+            "Not admitted (offline)",
+            f"The door's offline list turned {verdict.ticket.number} away; it is not checked in.",
+            ticket=None,
+        )
     now = timezone.now()
     at = believed(scanned, now)
     try:
@@ -265,10 +297,14 @@ def scan_ticket(
     return answer_of(scan)
 
 
-def code_fingerprint(code, *, typed: bool) -> str:
-    """What a scan id is bound to: the digest of the code as sent (and whether it was typed)."""
-    text = code if isinstance(code, str) else repr(code)[:200]
-    return digest(("typed:" if typed else "scanned:") + text)
+def code_fingerprint(code, *, typed: bool, sha256: str | None = None) -> str:
+    """What a scan id is bound to: the digest of the code's digest (the same
+    whether the phone sent the code online or, queued offline, its digest)
+    and whether it was typed."""
+    if sha256 is None:
+        text = code.strip() if isinstance(code, str) else repr(code)[:200]
+        sha256 = digest(text)
+    return digest(("typed:" if typed else "scanned:") + str(sha256)[:64])
 
 
 def repeat_of(previous: Scan, *, fingerprint: str, actor: str) -> Answer:
@@ -363,7 +399,25 @@ def valid_digests() -> dict:
         if registration_id in duplicated:
             continue
         (inside if ticket_id in checked_in else valid).append(sha256)
-    return {"valid": valid, "checked_in": inside}
+    numbers = offline_numbers(duplicated, checked_in)
+    return {"valid": valid, "checked_in": inside, "numbers": numbers}
+
+
+def offline_numbers(duplicated: set, checked_in: set) -> dict[str, str]:
+    """What a typed number names, for a door offline: {"T-0004": "valid" |
+    "checked_in", "R-0004": ...} — only tickets it may admit or has seen in,
+    as the server judges a typed number (a registration by its first ticket;
+    none for a registration with duplicate tickets). Numbers are no secret."""
+    numbers, first = {}, {}
+    for pk, registration_id in Ticket.objects.order_by("issued", "id").values_list("pk", "registration_id"):
+        first.setdefault(registration_id, pk)
+        if registration_id in duplicated:
+            continue
+        numbers[f"T-{pk:04d}"] = "checked_in" if pk in checked_in else "valid"
+    for registration_id, pk in first.items():
+        if registration_id not in duplicated:
+            numbers[f"R-{registration_id:04d}"] = "checked_in" if pk in checked_in else "valid"
+    return numbers
 
 
 @dataclass

@@ -110,6 +110,7 @@ def one_scan(request, body: dict) -> services.Answer:
         offline=body.get("offline") is True,
         admitted=body.get("admitted") is True,
         typed=body.get("typed") is True,
+        code_sha256=body.get("code_sha256"),
     )
 
 
