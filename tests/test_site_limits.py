@@ -141,3 +141,63 @@ def test_every_answer_that_carries_a_secret_is_no_store(client):
     door = door_user()
     for url in (reverse("door"), reverse("door-tickets")):
         assert "no-store" in door.get(url)["Cache-Control"], url
+
+
+@pytest.mark.system
+@pytest.mark.transport_free
+@pytest.mark.django_db(transaction=True)
+def test_the_scan_limit_holds_across_three_gunicorn_processes(worker_env, client):
+    """500 single scans, limit 120, three web processes: exactly 120 pass (a
+    per-process count let 357 through)."""
+    import http.client
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    from tests.conftest import start_gunicorn
+
+    user = User.objects.create_user("doorman", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="door", codename="check_in"))
+    client.force_login(user)
+    session = client.cookies["sessionid"].value
+    env = {
+        **worker_env,
+        "DJANGO_DEBUG": "1",
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "NIGHTJAR_DOOR_SCANS_PER_MINUTE": "120",
+    }
+    server, url = start_gunicorn(env, "--workers", "3")
+    try:
+        address = urlsplit(url)
+
+        def request(method, path, body=None, headers=None):
+            connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+            connection.request(method, path, body=body, headers={"Cookie": f"sessionid={session}", **(headers or {})})
+            response = connection.getresponse()
+            return response.status, response.read().decode(), response.getheader("Set-Cookie") or ""
+
+        status, page, cookie = request("GET", "/door/")
+        assert status == 200, page
+        token = re.search(r'data-csrf="([^"]+)"', page)[1]
+        csrf_cookie = re.search(r"csrftoken=([^;]+)", cookie)[1]
+
+        def one(n):
+            body = json.dumps({"scan_id": f"limit-{n}", "code": "T-9999", "door": "d", "typed": True})
+            return request(
+                "POST",
+                "/door/scan.json",
+                body,
+                {
+                    "Content-Type": "application/json",
+                    "X-CSRFToken": token,
+                    "Cookie": f"sessionid={session}; csrftoken={csrf_cookie}",
+                },
+            )[0]
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(one, range(500)))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert statuses.count(200) == 120, {code: statuses.count(code) for code in set(statuses)}
+    assert statuses.count(429) == 380
