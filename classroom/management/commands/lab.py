@@ -48,8 +48,12 @@ class Command(BaseCommand):
         self.stdout.write(f"Your handler is {handlers.shown(str(path))}{source}. {what}")
         self.stdout.write("In lab mode `python manage.py worker` now runs it (NIGHTJAR_HANDLER or --handler override).")
         if step > 1:
-            self.stdout.write(f"Data: {lab.STEP_DATA[step]}")
-        self.stdout.write(f"Next: docs/lab.md, step {step}. When you think it is safe: python manage.py lab check")
+            self.stdout.write(f"Data: {lab.data_now()}")
+        # Both guides: the command cannot know which one the learner reads.
+        self.stdout.write(
+            f"Next: step {step} of docs/lab.md (in Russian: docs/lab.ru.md). "
+            "When you think it is safe: python manage.py lab check"
+        )
 
     def do_check(self, options):
         handler = handlers.default_handler()
