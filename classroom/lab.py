@@ -139,7 +139,8 @@ def data_checks() -> list[Verdict]:
             codes(Registration.objects.filter(has_ticket, ~has_key)),
             "keys and tickets in pairs",
             "a ticket but no completion key for {codes} (an earlier version of your handler made them): a "
-            "redelivery would make a second ticket. `python manage.py repair {first} --apply` adds the key.",
+            "redelivery would make a second ticket. Make your handler safe first (step 3), then "
+            "`python manage.py repair {first} --apply` adds the key.",
         ),
     ]
     mina = Registration.objects.filter(pk=1, name=demo.DEMO_NAME).first()

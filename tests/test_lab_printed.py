@@ -68,3 +68,16 @@ def test_a_paused_worker_says_what_to_press():
     pause.stdin.fileno = lambda: 0  # select() on a ready file
     checkpoint(pause, "before-write")
     assert screen.getvalue().splitlines() == ["Paused before-write.", "Press Enter to go on, Ctrl+C to stop."]
+
+
+def test_lab_check_says_the_fix_comes_before_the_repair(lab_mode):
+    """Step 1's failing grade: a literal reader must not repair while the
+    handler still ignores the key (a redelivery would make a second ticket anyway)."""
+    from classroom.lab import data_checks
+    from tickets.models import Ticket
+
+    registration = register_guest(name="Normal guest")
+    Ticket.objects.create(registration=registration, name=registration.name)  # the ack-first handler's work
+    check = next(c for c in data_checks() if c.name == "every ticket has its completion key")
+    assert not check.passed
+    assert "Make your handler safe first (step 3), then `python manage.py repair R-0002 --apply`" in check.reason
