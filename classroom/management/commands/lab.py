@@ -28,7 +28,9 @@ class Command(BaseCommand):
             "Your registrations are not changed.",
         )
         actions.add_parser("check", help="Grade the handler and the exercise's data; PASS/FAIL per check.")
-        reset = actions.add_parser("reset", help="Delete every registration but Mina Patel's, after asking.")
+        reset = actions.add_parser(
+            "reset", help="Delete every registration but Mina Patel's and forget the workers' reports, after asking."
+        )
         reset.add_argument("--yes", action="store_true", help="Do not ask.")
 
     def handle(self, *args, **options):
@@ -73,8 +75,8 @@ class Command(BaseCommand):
                     "lab reset deletes data: run it in a terminal to confirm, or add --yes.", returncode=2
                 )
             answer = input(
-                "This deletes every registration except Mina Patel's (R-0001), with their tickets, and empties the "
-                "queue. Type yes to go on: "
+                "This deletes every registration except Mina Patel's (R-0001), with their tickets, empties the "
+                "queue and forgets the workers' reports. Type yes to go on: "
             )
             if answer.strip().lower() != "yes":
                 self.stdout.write("Nothing was deleted.")
