@@ -26,7 +26,7 @@ errorlog = "-"
 forwarded_allow_ips = os.environ.get("GUNICORN_FORWARDED_ALLOW_IPS", "127.0.0.1")
 control_socket_disable = True
 
-# Prometheus multiprocess mode (delivery/metrics.py): every worker process
+# Prometheus multiprocess mode (nightjar_delivery/metrics.py): every worker process
 # writes its values to files in this folder and /metrics adds them all up.
 # A folder of this server's own unless PROMETHEUS_MULTIPROC_DIR names one;
 # emptied at start, so an earlier run's counts are never added to this one's.

@@ -44,7 +44,7 @@ from devtools.ports import free_port  # noqa: E402
 
 # How each backend's worker runs as a service, each its own process.
 WORKERS = {
-    "nightjar": ["worker", "--channel", "tasks", "--serve", "--reconcile-every", "2"],
+    "nightjar": ["nightjar_worker", "--channel", "tasks", "--serve", "--reconcile-every", "2"],
     "db": ["db_worker", "--interval", "0.1", "--no-reload", "--no-startup-delay"],
 }
 
@@ -166,7 +166,7 @@ class TasksSoak:
                 # after pass (each pass finds them due again), until its 300 s budget.
                 if self.uses_broker and rounds % 5 == 0:
                     republished = self.manage(
-                        "reconcile", "--channel", "tasks", "--older-than", "2", check=False
+                        "nightjar_reconcile", "--channel", "tasks", "--older-than", "2", check=False
                     ).stdout.strip()
                     self.say(f"{statuses}; {republished.splitlines()[-1] if republished else 'reconcile said nothing'}")
                 rounds += 1

@@ -21,7 +21,7 @@ from django.core.management import call_command
 
 from classroom import verdicts
 from classroom.verdicts import Verdict
-from delivery import transport
+from nightjar_delivery import transport
 from tickets.handlers import shown
 from tickets.models import Completion
 from tickets.services.registrations import publish_registration, register_guest

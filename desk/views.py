@@ -16,10 +16,10 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from delivery import metrics, transport
-from delivery.health import describe_replicas
 from desk import charts
 from door.services import arrivals
+from nightjar_delivery import metrics, transport
+from nightjar_delivery.health import describe_replicas
 from nightjar_tasks import summary as tasks_summary
 from tickets.admin import actor
 from tickets.models import Registration

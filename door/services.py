@@ -12,8 +12,8 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from delivery.codec import storable_text
 from door.models import MAX_PAYLOAD, CheckIn, Scan, TicketDigest, digest
+from nightjar_delivery.codec import storable_text
 from tickets.models import Registration, Ticket
 from tickets.services.registrations import NightjarError
 from tickets.services.staff import record_staff_action

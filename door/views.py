@@ -15,9 +15,9 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from delivery.codec import ContractError, load_json
 from door import conf, services
 from nightjar.ratelimit import count
+from nightjar_delivery.codec import ContractError, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class BadBody(Exception):
 
 def read_json(request) -> dict:
     """The body as a JSON object, read as the engine reads a message
-    (delivery.codec: strict, total — deep nesting is a refusal, not a 500)."""
+    (nightjar_delivery.codec: strict, total — deep nesting is a refusal, not a 500)."""
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:

@@ -87,7 +87,7 @@ NIGHTJAR_LAB_DIR = Path(os.environ.get("NIGHTJAR_LAB_DIR") or BASE_DIR / "lab")
 # safe tickets.handler.handle, or in lab mode the learner's file once it exists.
 NIGHTJAR_HANDLER = os.environ.get("NIGHTJAR_HANDLER", "")
 
-# The broker; its scheme picks the transport (delivery/transport/). RABBITMQ_URL
+# The broker; its scheme picks the transport (nightjar_delivery/transport/). RABBITMQ_URL
 # is read too. The default is the project-local node that bin/run starts.
 NIGHTJAR_BROKER_URL = (
     os.environ.get("NIGHTJAR_BROKER_URL") or os.environ.get("RABBITMQ_URL") or "amqp://guest:guest@127.0.0.1:5673/%2F"
@@ -119,7 +119,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "delivery",
+    "nightjar_delivery",
     "tickets",
     "door",
     "desk",
@@ -193,7 +193,7 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Tests run workers as separate processes, so the test database must be
     # a file they can open, never an in-memory one.
     _database["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
-# PostgreSQL: the worker's statements (bound on the server, delivery/sql.py)
+# PostgreSQL: the worker's statements (bound on the server, nightjar_delivery/sql.py)
 # become prepared statements of their connection after 5 runs. Django leaves
 # them off for poolers: 0 behind one that does not keep them across
 # transactions (PgBouncer in transaction mode before 1.21).
@@ -251,7 +251,7 @@ LOGGING = {
     },
     "root": {"handlers": ["stdout"], "level": "WARNING"},
     "loggers": {
-        "delivery": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
+        "nightjar_delivery": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
         "tickets": {"level": os.environ.get("NIGHTJAR_LOG_LEVEL", "INFO")},
         # pika logs every failed connection attempt with a traceback; broker.py
         # turns those into one sentence of its own, so only pika's worst gets through.
@@ -299,7 +299,7 @@ MIDDLEWARE = ["nightjar.middleware.TrustedProxyHeaders", *MIDDLEWARE]
 # when the broker is a node on loopback as bin/rabbitmq-node starts them
 # (management on the AMQP port + 10000): never a guessed remote address.
 # RABBITMQ_MANAGEMENT_USER/_PASSWORD: a monitoring user of its own (default:
-# the AMQP user). Redirects are refused (delivery/transport/amqp.py).
+# the AMQP user). Redirects are refused (nightjar_delivery/transport/amqp.py).
 if "RABBITMQ_MANAGEMENT_URL" not in os.environ:
     from urllib.parse import urlsplit as _urlsplit
 

@@ -3,7 +3,7 @@ value, errors with their tracebacks, attempts, workers, times), filtered by
 status, task path, queue and whether it is parked; searched by id or enqueue
 key. Requeue and discard of a parked task are actions with a permission
 each, show their plan first, and call the same services as `parked
---channel tasks` (delivery/reconcile.py), which leave a TaskStaffAction in
+--channel tasks` (nightjar_delivery/reconcile.py), which leave a TaskStaffAction in
 the same transaction."""
 
 import json
@@ -13,7 +13,7 @@ from django.db.models import Exists, OuterRef
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from delivery import channel, reconcile
+from nightjar_delivery import channel, reconcile
 from nightjar_tasks import conf
 from nightjar_tasks.models import TaskParked, TaskRecord, TaskStaffAction
 
@@ -89,7 +89,7 @@ class TaskRecordAdmin(admin.ModelAdmin):
         return False  # rows change only through the worker and the two actions
 
     def has_delete_permission(self, request, obj=None):
-        return False  # finished results go with `prune_tasks`
+        return False  # finished results go with `nightjar_prune_tasks`
 
     def has_requeue_permission(self, request):
         return request.user.has_perm("nightjar_tasks.requeue_taskrecord")

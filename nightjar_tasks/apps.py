@@ -11,7 +11,7 @@ class NightjarTasksConfig(AppConfig):
         from nightjar_tasks import channel, checks  # noqa: F401 (checks registers itself)
 
         channel.register_channels()
-        from delivery import metrics as engine_metrics
+        from nightjar_delivery import metrics as engine_metrics
 
         if engine_metrics.AVAILABLE:  # the [prometheus] extra
             from nightjar_tasks.metrics import TaskPathCollector

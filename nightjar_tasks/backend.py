@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from delivery.codec import ContractError, storable_text
+from nightjar_delivery.codec import ContractError, storable_text
 from nightjar_tasks import checks, conf, publishing
 from nightjar_tasks.compat import (
     BaseTaskBackend,

@@ -1,5 +1,5 @@
 """The tasks channels: what the delivery engine asks of nightjar_tasks
-(delivery/channel.py says what each method promises). One channel per Django
+(nightjar_delivery/channel.py says what each method promises). One channel per Django
 task queue ("tasks" for "default", "tasks.<q>" for another), each on its own
 broker queue (conf.broker_queue); registered in NightjarTasksConfig.ready()."""
 
@@ -7,8 +7,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from delivery import channel, transport
-from delivery.codec import ContractError
+from nightjar_delivery import channel, transport
+from nightjar_delivery.codec import ContractError
 from nightjar_tasks import conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
@@ -49,6 +49,7 @@ class TasksChannel(channel.Channel):
     parked_model = TaskParked
     worker_report_model = TaskWorkerReport
     intents = "tasks"
+    outcome = "result"
 
     def __init__(self, queue_name: str = "default") -> None:
         self.queue_name = queue_name
@@ -99,7 +100,7 @@ class TasksChannel(channel.Channel):
     def mine(self):
         return TaskRecord.objects.filter(queue_name=self.queue_name)
 
-    # -- the domain's answers to the engine's reconcile and parking (delivery/reconcile.py, issue-24-engine) --
+    # -- the domain's answers to the engine's reconcile and parking (nightjar_delivery/reconcile.py, issue-24-engine) --
 
     refusal = channel.DomainError
 

@@ -20,10 +20,10 @@ def tasks_framework_installed(app_configs=None, **kwargs):
                 hint='Add "django_tasks" to INSTALLED_APPS (the django-tasks backport).',
                 id="nightjar_tasks.E001",
             )
-    if not apps.is_installed("delivery"):
+    if not apps.is_installed("nightjar_delivery"):
         yield checks.Error(
             "nightjar_tasks runs on Nightjar's delivery engine.",
-            hint='Add "delivery" to INSTALLED_APPS.',
+            hint='Add "nightjar_delivery" to INSTALLED_APPS.',
             id="nightjar_tasks.E002",
         )
 

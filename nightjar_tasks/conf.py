@@ -1,6 +1,6 @@
 """The settings nightjar_tasks reads, with their defaults, in one place
 (read at call time, so a test's override wins). The broker itself is the
-engine's (delivery/conf.py: NIGHTJAR_BROKER_URL, NIGHTJAR_BROKER_TIMEOUT)."""
+engine's (nightjar_delivery/conf.py: NIGHTJAR_BROKER_URL, NIGHTJAR_BROKER_TIMEOUT)."""
 
 from django.conf import settings
 

@@ -1,5 +1,5 @@
 """Prometheus gauges per task path, read from the task rows when the desk's
-/metrics is scraped (delivery/metrics.py adds them to its scrape)."""
+/metrics is scraped (nightjar_delivery/metrics.py adds them to its scrape)."""
 
 from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
 

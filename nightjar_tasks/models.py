@@ -1,5 +1,5 @@
 """One row per enqueued task (TaskRecord: the TaskResult's id is its key),
-its completion key, and the engine's records (delivery/records.py) for the
+its completion key, and the engine's records (nightjar_delivery/records.py) for the
 tasks channel, each in its own table with a foreign key to the task."""
 
 import secrets
@@ -7,7 +7,7 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
-from delivery import records
+from nightjar_delivery import records
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.messages import MAX_TASK_ID
 

@@ -6,7 +6,7 @@ import logging
 
 from django.utils import timezone
 
-from delivery import metrics, transport
+from nightjar_delivery import metrics, transport
 from nightjar_tasks import conf, messages
 from nightjar_tasks.models import TaskRecord
 

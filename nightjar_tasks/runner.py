@@ -30,10 +30,10 @@ from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from delivery import sql
-from delivery.checkpoints import checkpoint
-from delivery.codec import storable_text
-from delivery.recording import record_rejection
+from nightjar_delivery import sql
+from nightjar_delivery.checkpoints import checkpoint
+from nightjar_delivery.codec import storable_text
+from nightjar_delivery.recording import record_rejection
 from nightjar_tasks import backend as backends
 from nightjar_tasks.compat import (
     TaskContext,

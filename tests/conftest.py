@@ -6,7 +6,7 @@ run the worker as a real process against the test database.
 Every test is in exactly one tier, by its module's `pytestmark` or its own
 decorator (`@pytest.mark.fast`); a test in none, or in two, is a collection error:
 - fast: no broker, no subprocess. The in-memory transport
-  (delivery/transport/memory.py) stands in for the broker; starting any
+  (nightjar_delivery/transport/memory.py) stands in for the broker; starting any
   subprocess fails the test, and a fast test that asks for a broker fixture
   (rabbit, worker_env, workers, site) is a collection error. `bin/test --quick`.
 - broker: the real broker, started lazily by the first test that needs it;
@@ -39,10 +39,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from delivery import transport
-from delivery.transport import memory
 from devtools import web
 from devtools.ports import free_port
+from nightjar_delivery import transport
+from nightjar_delivery.transport import memory
 
 ROOT = Path(__file__).resolve().parent.parent
 

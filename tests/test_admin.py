@@ -6,7 +6,7 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from delivery import transport
+from nightjar_delivery import transport
 from tickets.models import Completion, Registration, RejectedMessage, StaffAction, Ticket
 from tickets.services.registrations import register_guest
 

@@ -1,4 +1,4 @@
-"""The engine's one view of its user (delivery/channel.py): the channel
+"""The engine's one view of its user (nightjar_delivery/channel.py): the channel
 tickets registers answers every question the engine asks, and names record
 models built on the engine's abstract ones."""
 
@@ -7,7 +7,7 @@ import io
 import pytest
 from django.core.management import CommandError, ManagementUtility, call_command
 
-from delivery import channel, records
+from nightjar_delivery import channel, records
 from tickets.channel import RegistrationsChannel
 
 pytestmark = pytest.mark.fast
@@ -100,7 +100,7 @@ def test_the_engine_s_commands_run_with_several_channels_and_none_the_default(co
 
 @pytest.mark.django_db(transaction=True)
 def test_each_channel_consumes_only_its_own_queue(second):
-    from delivery import transport
+    from nightjar_delivery import transport
     from tickets import contract
     from tickets.models import Registration, Ticket
     from tickets.services.registrations import register_guest
@@ -127,7 +127,7 @@ def test_each_channel_consumes_only_its_own_queue(second):
 
 @pytest.mark.django_db(transaction=True)
 def test_reconcile_and_parked_serve_the_named_channel_on_its_own_queue(second, settings):
-    from delivery import transport
+    from nightjar_delivery import transport
     from tickets.models import Registration
 
     settings.NIGHTJAR_DELIVERY_LIMIT = 0  # the first return dead-letters it
@@ -152,8 +152,8 @@ def test_reconcile_and_parked_serve_the_named_channel_on_its_own_queue(second, s
 def test_the_records_go_to_the_channel_named_not_the_current_one():
     """A process that serves several channels (the web, reconcile) writes each
     channel's records into that channel's tables, whichever is current."""
-    from delivery import recording
-    from delivery.transport import Delivery
+    from nightjar_delivery import recording
+    from nightjar_delivery.transport import Delivery
     from nightjar_tasks.models import TaskRejectedMessage
     from tickets.models import RejectedMessage
 
@@ -167,7 +167,7 @@ def test_the_records_go_to_the_channel_named_not_the_current_one():
 
 
 def test_two_channels_on_one_queue_fail_the_system_check(second, monkeypatch):
-    from delivery.checks import channels_have_queues_of_their_own
+    from nightjar_delivery.checks import channels_have_queues_of_their_own
 
     assert channels_have_queues_of_their_own(None) == []  # registrations, tasks and second: three queues
     monkeypatch.setattr(SecondChannel, "queue", property(lambda self: channel.get("registrations").queue))

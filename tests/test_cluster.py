@@ -22,11 +22,11 @@ from urllib.parse import quote, urlsplit
 import pytest
 from django.db import connection
 
-from delivery import transport
-from delivery.health import describe_replicas
 from devtools import netns
 from devtools.guest import Guest
 from devtools.ports import free_cluster_port, free_port
+from nightjar_delivery import transport
+from nightjar_delivery.health import describe_replicas
 from tests.conftest import ROOT, Process, database_url
 from tests.helpers import until
 from tickets.models import Registration, Ticket
@@ -352,7 +352,7 @@ def test_registrations_right_after_the_leader_is_killed_each_get_one_ticket(
     so they need not wait for reconcile. Printed, not asserted (timings
     belong in benchmarks); the assertion is one ticket each."""
     caplog.set_level("INFO", logger="tickets")
-    caplog.set_level("INFO", logger="delivery")
+    caplog.set_level("INFO", logger="nightjar_delivery")
     timer = ["--reconcile-every", str(reconcile_every), "--older-than", "2"] if reconcile_every else []
     worker = workers.start("--serve", "--prefetch", "10", *timer)
     worker.wait_for("Serving")

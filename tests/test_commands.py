@@ -8,7 +8,7 @@ import socket
 import pytest
 from django.core.management import CommandError, call_command
 
-from delivery import transport
+from nightjar_delivery import transport
 from tickets.models import Completion, Registration, StaffAction, Ticket
 from tickets.services.audit import audit_invariants
 from tickets.services.registrations import register_guest

@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from delivery import transport
-from delivery.recording import record_rejection
+from nightjar_delivery import transport
+from nightjar_delivery.recording import record_rejection
 from tests.helpers import MODES, break_tickets_table, mend_tickets_table, register_by_form
 from tickets.models import Completion, ParkedDelivery, Registration, RejectedMessage, Ticket
 from tickets.services.reconcile import reconcile_registrations
@@ -197,7 +197,7 @@ def test_a_worker_reads_the_registrations_of_waiting_deliveries_at_once_and_stil
     another name, a repeat of the same registration, a row changed after it
     was read and a body that only looks like a message are each handled as
     if read alone."""
-    from delivery.worker import Worker
+    from nightjar_delivery.worker import Worker
     from tickets import contract
     from tickets.handler import handle
 

@@ -18,9 +18,9 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from delivery.worker import Worker
 from devtools.guest import Guest
 from devtools.ports import free_port
+from nightjar_delivery.worker import Worker
 from tests.conftest import start_gunicorn
 from tests.helpers import until
 from tickets.handler import handle
@@ -298,7 +298,7 @@ def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
 
 @pytest.mark.fast
 def test_the_workers_plain_statements_store_times_and_rows_as_the_orm_would():
-    """The hot path writes through the DB-API cursor (delivery/sql.py): what
+    """The hot path writes through the DB-API cursor (nightjar_delivery/sql.py): what
     it stores must read back through the ORM exactly as an ORM write would."""
     registration = Registration.objects.create(name="Plain Writer")
     before = timezone.now()

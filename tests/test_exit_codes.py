@@ -1,11 +1,11 @@
-"""One exit-code mapping for every command (delivery/exits.py): the domain's
+"""One exit-code mapping for every command (nightjar_delivery/exits.py): the domain's
 refusals 1, wrong use 2, the broker 3; the tickets and lab errors are kinds
 of the engine's, so each command needs no ladder of its own."""
 
 import pytest
 from django.core.management.base import CommandError
 
-from delivery import exits, transport
+from nightjar_delivery import exits, transport
 from tickets import handlers
 from tickets.services.registrations import UnknownRegistration
 from tickets.services.repair import RepairRefused

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from delivery import transport
+from nightjar_delivery import transport
 from tests.helpers import MODES
 from tickets import contract
 from tickets.models import Registration, RejectedMessage, Ticket

@@ -23,9 +23,9 @@ from django.core import signing
 from django.db import DatabaseError, connection
 from django.test import Client
 
-from delivery.worker import Worker
 from devtools.guest import Guest
 from nightjar import keys
+from nightjar_delivery.worker import Worker
 from tests.conftest import ROOT, start_gunicorn
 from tickets import contract, views
 from tickets.handler import handle
@@ -432,7 +432,7 @@ def recording_server(location: str = ""):
 
 @pytest.mark.fast
 def test_the_management_call_follows_no_redirect_and_can_use_its_own_user(settings):
-    from delivery.transport import amqp
+    from nightjar_delivery.transport import amqp
 
     settings.NIGHTJAR_BROKER_URL = "amqp://worker:amqp-password@127.0.0.1:5673/%2F"
     with recording_server() as (elsewhere, stolen), recording_server(location=elsewhere + "x") as (management, asked):
@@ -449,7 +449,7 @@ def test_the_management_call_follows_no_redirect_and_can_use_its_own_user(settin
 
 @pytest.mark.fast
 def test_check_deploy_warns_of_management_credentials_over_plain_http(settings):
-    from delivery.checks import management_api_over_plain_http
+    from nightjar_delivery.checks import management_api_over_plain_http
 
     settings.RABBITMQ_MANAGEMENT_URL = "http://rmq-1:15672/;https://rmq-2:15671/"
     assert [warning.id for warning in management_api_over_plain_http(None)] == ["nightjar.W003"]

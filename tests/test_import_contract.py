@@ -1,5 +1,5 @@
 """The import direction between the apps, read from the source with ast (no
-import runs, no broker needed): the engine (delivery/) imports none of the
+import runs, no broker needed): the engine (nightjar_delivery/) imports none of the
 apps that use it; nothing imports the door, the desk or the classroom (the
 desk may, once it shows arrivals); the classroom uses tickets and the
 engine only; no two modules import each other, even around a loop (as
@@ -16,14 +16,14 @@ import pytest
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"]
+APPS = ["nightjar_delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"]
 # The product: what is deployed. devtools/ (ports, namespaces, gunicorn, a
 # guest client for the tests and bin/) is none of it, and imports none of it.
-PRODUCT = {"delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks"}
+PRODUCT = {"nightjar_delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks"}
 
 # app -> the top-level packages it must never import
 FORBIDDEN = {
-    "delivery": {"tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"},
+    "nightjar_delivery": {"tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"},
     # The engine's second user: Django and the engine only.
     "nightjar_tasks": {"tickets", "door", "desk", "classroom", "nightjar", "devtools"},
     "tickets": {"door", "desk", "classroom", "devtools"},
@@ -36,7 +36,10 @@ FORBIDDEN = {
 # Imported by nobody outside themselves (settings and URLs name them as strings).
 IMPORTED_BY_NOBODY = {"desk", "classroom"}
 # broker client library -> the one module that may import it
-BROKER_LIBRARIES = {"pika": "delivery/transport/amqp.py", "redis": "delivery/transport/redis_streams.py"}
+BROKER_LIBRARIES = {
+    "pika": "nightjar_delivery/transport/amqp.py",
+    "redis": "nightjar_delivery/transport/redis_streams.py",
+}
 
 
 def imported_names(source: str) -> list[tuple[int, str]]:
@@ -136,19 +139,23 @@ def test_no_two_modules_import_each_other():
 
 def test_the_engine_is_read():
     """The contract above is not vacuous: the engine's modules are there to read."""
-    read = {path for app, path, _ in app_sources() if app == "delivery"}
-    assert {"delivery/worker.py", "delivery/transport/amqp.py", "delivery/channel.py"} <= read
+    read = {path for app, path, _ in app_sources() if app == "nightjar_delivery"}
+    assert {
+        "nightjar_delivery/worker.py",
+        "nightjar_delivery/transport/amqp.py",
+        "nightjar_delivery/channel.py",
+    } <= read
 
 
 @pytest.mark.parametrize(
     ("app", "path", "source"),
     [
-        ("delivery", "delivery/worker.py", "def f():\n    from tickets.models import Ticket\n"),
-        ("delivery", "delivery/worker.py", "import tickets.services\n"),
+        ("nightjar_delivery", "nightjar_delivery/worker.py", "def f():\n    from tickets.models import Ticket\n"),
+        ("nightjar_delivery", "nightjar_delivery/worker.py", "import tickets.services\n"),
         ("tickets", "tickets/views.py", "from desk import charts\n"),
         ("tickets", "tickets/channel.py", "from classroom import lab\n"),
         ("classroom", "classroom/lab.py", "from door.services import arrivals\n"),
-        ("delivery", "delivery/worker.py", "import pika\n"),
+        ("nightjar_delivery", "nightjar_delivery/worker.py", "import pika\n"),
         ("tickets", "tickets/services/registrations.py", "from redis import Redis\n"),
         ("tickets", "tickets/views.py", "from devtools.ports import free_port\n"),
         ("devtools", "devtools/web.py", "from tickets.models import Ticket\n"),
@@ -160,33 +167,41 @@ def test_a_forbidden_import_is_found(app, path, source):
 
 
 def test_relative_and_allowed_imports_pass():
-    assert not violations("delivery", "delivery/worker.py", "from . import metrics\nfrom delivery import transport\n")
-    assert not violations("delivery", "delivery/transport/amqp.py", "import pika\nimport pika.exceptions\n")
-    assert not violations("tickets", "tickets/services/registrations.py", "from delivery import transport\n")
-    classroom = "from classroom import verify\nfrom delivery import exits\nfrom tickets.handlers import shown\n"
+    assert not violations(
+        "nightjar_delivery",
+        "nightjar_delivery/worker.py",
+        "from . import metrics\nfrom nightjar_delivery import transport\n",
+    )
+    assert not violations(
+        "nightjar_delivery", "nightjar_delivery/transport/amqp.py", "import pika\nimport pika.exceptions\n"
+    )
+    assert not violations("tickets", "tickets/services/registrations.py", "from nightjar_delivery import transport\n")
+    classroom = (
+        "from classroom import verify\nfrom nightjar_delivery import exits\nfrom tickets.handlers import shown\n"
+    )
     assert not violations("classroom", "classroom/lab.py", classroom)
 
 
 def settings_read_outside_conf(path: str, source: str) -> list[str]:
-    """`settings.NAME` in an engine module other than delivery/conf.py."""
+    """`settings.NAME` in an engine module other than nightjar_delivery/conf.py."""
     return [
-        f"{path}:{node.lineno} reads settings.{node.attr} (read it as delivery.conf.{node.attr})"
+        f"{path}:{node.lineno} reads settings.{node.attr} (read it as nightjar_delivery.conf.{node.attr})"
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "settings"
     ]
 
 
 def test_the_engine_reads_its_settings_in_one_place():
-    """Every engine setting has its default in delivery/conf.py and is read there."""
-    from delivery import conf
+    """Every engine setting has its default in nightjar_delivery/conf.py and is read there."""
+    from nightjar_delivery import conf
 
     problems = [
         problem
         for app, path, source in app_sources()
-        if app == "delivery" and path != "delivery/conf.py"
+        if app == "nightjar_delivery" and path != "nightjar_delivery/conf.py"
         for problem in settings_read_outside_conf(path, source)
     ]
     assert problems == []
-    assert settings_read_outside_conf("delivery/worker.py", "settings.NIGHTJAR_QUEUE\n")
+    assert settings_read_outside_conf("nightjar_delivery/worker.py", "settings.NIGHTJAR_QUEUE\n")
     for name, default in conf.DEFAULTS.items():
         assert isinstance(getattr(conf, name), type(default)), name

@@ -1,5 +1,5 @@
 """The fast tier's own ground: the worker loop in this process on the
-in-memory transport (delivery/transport/memory.py), and the guards that keep
+in-memory transport (nightjar_delivery/transport/memory.py), and the guards that keep
 the tier honest. Nothing here proves a delivery guarantee — each behaviour
 shown is proven on RabbitMQ and Redis with real worker processes by the
 broker tier: one ticket per registration published twice
@@ -16,10 +16,10 @@ import subprocess
 import pytest
 from django.db.models import Count
 
-from delivery import transport
-from delivery.checkpoints import Pause, checkpoint
-from delivery.transport import memory
-from delivery.worker import Worker
+from nightjar_delivery import transport
+from nightjar_delivery.checkpoints import Pause, checkpoint
+from nightjar_delivery.transport import memory
+from nightjar_delivery.worker import Worker
 from tests.helpers import break_tickets_table, mend_tickets_table
 from tickets.handler import handle
 from tickets.models import Completion, Redelivery, Registration, RejectedMessage, Ticket

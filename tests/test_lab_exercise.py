@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from classroom import lab
-from delivery import transport
+from nightjar_delivery import transport
 from tests.conftest import ROOT, TRANSPORT
 from tickets import handlers
 from tickets.models import Completion, Registration

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from delivery.checkpoints import Pause, checkpoint
+from nightjar_delivery.checkpoints import Pause, checkpoint
 from tickets.models import WorkerReport
 from tickets.services.demo import seed_demo
 from tickets.services.registrations import register_guest

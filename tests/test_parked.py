@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 
-from delivery import transport
+from nightjar_delivery import transport
 from tests.helpers import break_tickets_table, mend_tickets_table
 from tickets import contract
 from tickets.models import DeliveryFailure, ParkedDelivery, RejectedMessage, StaffAction

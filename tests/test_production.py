@@ -20,9 +20,9 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from delivery import transport
 from devtools.ports import free_port
 from nightjar.logs import JsonFormatter, MaskSecrets, mask
+from nightjar_delivery import transport
 from tests.conftest import ROOT
 from tickets.models import Completion, Registration, Ticket
 

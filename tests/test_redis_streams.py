@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from delivery import transport
 from devtools.ports import free_port
+from nightjar_delivery import transport
 from tests.conftest import ROOT
 from tickets.models import DeliveryFailure, Registration
 from tickets.services.reconcile import reconcile_registrations
@@ -133,7 +133,7 @@ def test_every_acknowledged_xadd_survives_a_kill_9(redis_server):
     one per publisher, and harmless: the completion key absorbs a repeat)."""
     script = (
         "import sys\n"
-        "from delivery import transport\n"
+        "from nightjar_delivery import transport\n"
         "for n in range(1_000_000):\n"
         "    try:\n"
         "        transport.publish(b'{}', message_id=f'{sys.argv[1]}-{n}', queue=transport.queue_name())\n"

@@ -5,7 +5,7 @@ that backoff is for brokers that cannot be reached."""
 
 import pytest
 
-from delivery import transport
+from nightjar_delivery import transport
 from tickets.models import Registration
 from tickets.services.registrations import publish_registration
 

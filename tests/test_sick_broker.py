@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from delivery import transport
-from delivery.transport import Backoff, amqp
 from devtools.guest import Guest
 from devtools.ports import free_port
+from nightjar_delivery import transport
+from nightjar_delivery.transport import Backoff, amqp
 from tests.conftest import ROOT
 from tickets.models import Registration
 from tickets.services.reconcile import reconcile_registrations

@@ -75,14 +75,14 @@ def test_the_two_commands_of_the_readme_run_the_demo_in_a_fresh_checkout(tmp_pat
         demo = second_terminal("demo", timeout=300)
         assert demo.returncode == 0, demo.stdout + demo.stderr + "".join(output)
         assert demo.stdout.splitlines() == readme_output()
-        parked = second_terminal("parked", "--channel", "tasks")
+        parked = second_terminal("nightjar_parked", "--channel", "tasks")
         assert parked.returncode == 0, parked.stdout + parked.stderr
         assert "demo.tasks.divide raised ZeroDivisionError: division by zero" in parked.stdout, parked.stdout
         # The queue's counts as the broker gives them (RabbitMQ's unacknowledged from the management API
         # that run's node has: "unknown" while its statistics, a few seconds behind, lag what is true now).
         counted, deadline = None, time.monotonic() + 60
         while counted is None and time.monotonic() < deadline:
-            status = second_terminal("tasks_status")
+            status = second_terminal("nightjar_tasks_status")
             counted = re.search(r"^Queue \S+: \d+ ready, \d+ unacknowledged", status.stdout, re.M)
             time.sleep(0 if counted else 2)
         assert counted, status.stdout

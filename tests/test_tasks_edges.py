@@ -18,10 +18,10 @@ from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delivery import channel, transport
-from delivery import reconcile as engine
-from delivery.codec import ContractError
-from delivery.worker import Worker
+from nightjar_delivery import channel, transport
+from nightjar_delivery import reconcile as engine
+from nightjar_delivery.codec import ContractError
+from nightjar_delivery.worker import Worker
 from nightjar_tasks import enqueue_once, messages, publishing, runner
 from nightjar_tasks.backend import EnqueueKeyConflict
 from nightjar_tasks.compat import TaskResultStatus
@@ -412,8 +412,37 @@ def test_tasks_status_and_the_desk_tell_a_lost_publish_from_a_task_waiting_for_i
     (row,) = summary.by_task_path()
     assert (row.waiting, row.scheduled, row.lost) == (3, 1, 1)
     out = io.StringIO()
-    call_command("tasks_status", stdout=out)
+    call_command("nightjar_tasks_status", stdout=out)
     assert "waiting=3 (scheduled=1, lost=1)" in out.getvalue()
     assert "Lost publishes: 1 task(s)" in out.getvalue()
     desk = staff.get("/admin/tickets/registration/delivery-status/").content.decode()
     assert "Lost publishes" in desk and '<td class="desk-warn">1</td>' in desk
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_the_engine_s_commands_speak_the_tasks_channel_s_words_not_the_tickets(tasks_channel):
+    """What the engine prints under the tasks channel — its commands' help and
+    the parked lines — says task and result, never registration or ticket."""
+    from django.core.management import call_command, load_command_class
+
+    printed = []
+    for name in ("nightjar_worker", "nightjar_reconcile", "nightjar_parked"):
+        command = load_command_class("nightjar_delivery", name)
+        command.argv = ["manage.py", name, "--channel", "tasks"]  # as run_from_argv keeps them
+        printed.append(command.create_parser("manage.py", name).format_help())
+    parked = parked_task("for-words")
+    for args in ([], ["collect"], ["requeue", str(parked.pk)], ["discard", str(parked.pk)]):
+        out = io.StringIO()
+        try:
+            call_command("nightjar_parked", "--channel", "tasks", *args, stdout=out)
+        except Exception as error:  # a refusal's sentence is printed words too
+            printed.append(str(error))
+        printed.append(out.getvalue())
+    TaskParked.objects.create(task=parked, reason="again", attempts=1, body_sha256="")
+    out = io.StringIO()
+    call_command("nightjar_parked", "--channel", "tasks", "discard", str(parked.pk), stdout=out)
+    printed.append(out.getvalue())
+    text = "\n".join(printed)
+    assert f"Discarded task {parked.pk}: it stays parked, without its result." in text
+    assert "registration" not in text.lower() and "ticket" not in text.lower(), text

@@ -15,9 +15,9 @@ from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delivery import channel, sql, transport
-from delivery import reconcile as engine
-from delivery.worker import Worker
+from nightjar_delivery import channel, sql, transport
+from nightjar_delivery import reconcile as engine
+from nightjar_delivery.worker import Worker
 from nightjar_tasks import messages, publishing, runner
 from nightjar_tasks.backend import NightjarBackend
 from nightjar_tasks.channel import TasksChannel
@@ -217,7 +217,7 @@ def test_prune_deletes_finished_results_older_than_the_days(capsys):
     drain()
     tasks.add.enqueue(2, 2)
     TaskRecord.objects.filter(pk=old.id).update(finished_at=timezone.now() - timedelta(days=40))
-    call_command("prune_tasks", "--days", "30")
+    call_command("nightjar_prune_tasks", "--days", "30")
     assert list(TaskRecord.objects.values_list("status", flat=True)) == [TaskResultStatus.READY]
     assert "Deleted 1" in capsys.readouterr().out
 
@@ -372,7 +372,7 @@ def test_a_batch_s_rows_and_its_done_marks_are_what_the_orm_reads_and_writes():
     """runner._read_many (a batch's rows, no query compiler) reads what
     in_bulk reads; _done_values prepares what the fields' get_db_prep_save
     prepares, so a row marked done by the hot path reads back as the ORM
-    wrote it (the datetimes: delivery/sql.py's stored and loaded)."""
+    wrote it (the datetimes: nightjar_delivery/sql.py's stored and loaded)."""
     moments = [timezone.now(), timezone.now().replace(microsecond=0), timezone.now() - timedelta(days=400)]
     records = [
         TaskRecord.objects.create(
@@ -405,7 +405,7 @@ def test_a_batch_s_rows_and_its_done_marks_are_what_the_orm_reads_and_writes():
 @settings(max_examples=200, deadline=None)
 @given(st.datetimes(timezones=st.just(UTC)))
 def test_a_datetime_stored_then_loaded_is_the_same_instant_as_django_s_own(moment):
-    """delivery/sql.py writes and reads a DateTimeField as Django's own
+    """nightjar_delivery/sql.py writes and reads a DateTimeField as Django's own
     adapter and converter do (for any aware datetime; SQLite keeps UTC text)."""
     ops = connection.ops
     assert sql.stored(moment) == ops.adapt_datetimefield_value(moment)

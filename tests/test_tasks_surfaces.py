@@ -107,7 +107,7 @@ def test_the_desk_has_no_tasks_block_without_tasks(staff):
 def test_tasks_status_prints_each_task_path_the_totals_and_the_queue(tasks):
     reminder, photo = tasks
     out = io.StringIO()
-    call_command("tasks_status", stdout=out)
+    call_command("nightjar_tasks_status", stdout=out)
     lines = out.getvalue().splitlines()
     width = len(reminder)
     assert lines[0] == (
@@ -133,10 +133,10 @@ def test_the_audit_names_a_done_task_without_its_key_and_a_key_on_an_unfinished_
         f"task {waiting.pk} ({photo}) has a completion key but is READY",
     ]
     with pytest.raises(CommandError, match=r"Audit failed: 2 task\(s\) break the promise"):
-        call_command("tasks_status", stdout=io.StringIO())
+        call_command("nightjar_tasks_status", stdout=io.StringIO())
 
 
 def test_tasks_status_without_tasks_says_so():
     out = io.StringIO()
-    call_command("tasks_status", stdout=out)
+    call_command("nightjar_tasks_status", stdout=out)
     assert out.getvalue().splitlines()[0] == "No tasks enqueued yet."

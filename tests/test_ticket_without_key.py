@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from delivery import transport
+from nightjar_delivery import transport
 from tests.conftest import ROOT
 from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration

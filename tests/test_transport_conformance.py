@@ -1,13 +1,13 @@
 """Each transport's Consumer keeps the written protocol
-(delivery/transport/protocol.py), against the real broker: RabbitMQ here,
+(nightjar_delivery/transport/protocol.py), against the real broker: RabbitMQ here,
 Redis Streams when bin/test runs the suite with NIGHTJAR_TEST_TRANSPORT=redis
 (the broker tier), and the in-memory transport the fast tier stands on (each
 test once more, marked fast: tests/conftest.py gives it memory://)."""
 
 import pytest
 
-from delivery import transport
-from delivery.transport.protocol import Consumer as ConsumerProtocol
+from nightjar_delivery import transport
+from nightjar_delivery.transport.protocol import Consumer as ConsumerProtocol
 
 
 @pytest.fixture(

@@ -21,7 +21,7 @@ from devtools import pythons
 pytestmark = [pytest.mark.system, pytest.mark.transport_free]
 
 ROOT = Path(__file__).resolve().parent.parent
-LIBRARY = ("delivery", "nightjar_tasks")  # the wheel's only top-level packages
+LIBRARY = ("nightjar_delivery", "nightjar_tasks")  # the wheel's only top-level packages
 
 
 def readme_settings_block() -> str:
@@ -64,7 +64,7 @@ def test_the_wheel_holds_the_engine_and_the_tasks_backend_only(wheel):
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == set(LIBRARY)
     assert "nightjar_tasks/migrations/0001_initial.py" in names
-    assert "delivery/management/commands/worker.py" in names
+    assert "nightjar_delivery/management/commands/worker.py" in names
     for site_part in ("tickets/", "desk/", "door/", "classroom/", "nightjar/", "tests/", "examples/", "devtools/"):
         assert not any(name.startswith(site_part) for name in names), site_part
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
@@ -152,7 +152,7 @@ def test_a_stranger_installs_the_wheel_and_runs_a_task_once(wheel, rabbit, tmp_p
     assert "System check identified no issues" in run("python", "manage.py", "check")
     run("python", "manage.py", "migrate")
     result_id = run("python", "manage.py", "shell", "-c", ENQUEUE).strip().splitlines()[-1]
-    worked = run("python", "manage.py", "worker", "--channel", "tasks", "--drain")
+    worked = run("python", "manage.py", "nightjar_worker", "--channel", "tasks", "--drain")
     assert "Handler returned." in worked
     status = run("python", "manage.py", "shell", "-c", RESULT.format(result_id=result_id))
     assert status.strip().splitlines()[-1].split() == ["SUCCESSFUL", "recorded", "Ada", "1"]

@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from delivery import transport
+from nightjar_delivery import transport
 from tickets import contract
 from tickets.models import (
     Completion,

@@ -1,11 +1,11 @@
 """The registrations channel: what the delivery engine asks of tickets
-(delivery/channel.py says what each method promises). Registered in
+(nightjar_delivery/channel.py says what each method promises). Registered in
 TicketsConfig.ready(); thin, every answer comes from the contract, the
 models or the services."""
 
 from django.db.models import Q
 
-from delivery import channel, conf
+from nightjar_delivery import channel, conf
 from tickets import batch, contract, handlers
 from tickets.models import (
     DeliveryFailure,
@@ -24,6 +24,7 @@ from tickets.services.registrations import NightjarError, has_key, has_ticket
 class RegistrationsChannel(channel.Channel):
     name = "registrations"
     intents = "registrations"
+    outcome = "ticket"
 
     @property
     def queue(self) -> str:
@@ -65,7 +66,7 @@ class RegistrationsChannel(channel.Channel):
     def handle_batch(self, messages, rejections, ack_all, pause, stored):
         return batch.handle_batch(messages, rejections, ack_all, pause)  # (the messages carry what it writes)
 
-    # Reconcile and parking run in the engine (delivery/reconcile.py); these are the domain's answers.
+    # Reconcile and parking run in the engine (nightjar_delivery/reconcile.py); these are the domain's answers.
     refusal = NightjarError
 
     def pending(self, *, stored_before, after=None, limit):

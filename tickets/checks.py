@@ -1,4 +1,4 @@
-"""The ticket domain's system checks (the engine's are in delivery/checks.py)."""
+"""The ticket domain's system checks (the engine's are in nightjar_delivery/checks.py)."""
 
 from django.conf import settings
 from django.core import checks

@@ -14,7 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from delivery import channel, exits
+from nightjar_delivery import channel, exits
 
 SAFE_HANDLER = "tickets.handler.handle"
 MODULE_NAME = "nightjar_learner_handler"

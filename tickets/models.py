@@ -7,8 +7,8 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
-from delivery import records
-from delivery.sql import execute, stored_now, vendor
+from nightjar_delivery import records
+from nightjar_delivery.sql import execute, stored_now, vendor
 from tickets.contract import MAX_NAME_CODE_POINTS, format_code
 
 
@@ -239,4 +239,4 @@ class Redelivery(records.AbstractRedelivery):
 
 
 class WorkerReport(records.AbstractWorkerReport):
-    """What a running worker says about itself (delivery/records.py)."""
+    """What a running worker says about itself (nightjar_delivery/records.py)."""

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
         django.setup()
         from bench import sections
-        from delivery import transport
+        from nightjar_delivery import transport
 
         sections.configure(folder, runs=1 if args.quick else 3)
         say(sections.describe())

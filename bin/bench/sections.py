@@ -24,10 +24,10 @@ from django.db import connection
 from django.db.models import Max, Min
 
 from bench import stack
-from delivery import transport
-from delivery.transport import amqp
 from devtools import web
 from devtools.ports import free_port
+from nightjar_delivery import transport
+from nightjar_delivery.transport import amqp
 from tickets import contract
 from tickets.models import (
     Completion,
@@ -353,7 +353,7 @@ def bench_desk(n: int) -> None:
     import threading
     import urllib.request
 
-    from delivery.worker import Worker
+    from nightjar_delivery.worker import Worker
 
     say(f"The desk's cost (per-delivery worker, --prefetch 50, {n} deliveries)")
     port = free_port()

@@ -31,8 +31,8 @@ from django.db import connection
 
 from bench import sections, stack
 from bench.peers import ROW_TABLE
-from delivery import sql
-from delivery.transport import amqp
+from nightjar_delivery import sql
+from nightjar_delivery.transport import amqp
 
 RAW_TASK_TABLE = "bench_raw_task"
 TASK_TABLE, KEY_TABLE = "nightjar_tasks_taskrecord", "nightjar_tasks_taskcompletion"

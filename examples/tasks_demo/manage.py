@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The tasks demo's manage.py: a Django project of its own that uses Nightjar's
-engine (delivery/) and its Django Tasks backend (nightjar_tasks/) from this
+engine (nightjar_delivery/) and its Django Tasks backend (nightjar_tasks/) from this
 repository, as another project would once they are installed."""
 
 import os

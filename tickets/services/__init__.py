@@ -10,8 +10,8 @@ publishes only after the commit.
 - staff: the trace of staff changes (record_staff_action, command_line_actor)
 - repair: plan_repair, repair_registration
 - reconcile: reconcile_registrations, collect_dead_letters, requeue_parked,
-  discard_parked (the engine's delivery/reconcile.py on the registrations channel)
-- status: registration_states, delivery_status, desk_gauges (health: delivery/health.py)
+  discard_parked (the engine's nightjar_delivery/reconcile.py on the registrations channel)
+- status: registration_states, delivery_status, desk_gauges (health: nightjar_delivery/health.py)
 - demo: seed_demo, reset_demo (the lab's data)
 - audit: audit_invariants
 - workers, history, activity: what the desk reads

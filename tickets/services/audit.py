@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
-from delivery import conf, transport
+from nightjar_delivery import conf, transport
 from tickets import contract
 from tickets.models import Registration, Ticket
 from tickets.services.registrations import has_key, parked_without_ticket, pending_registrations

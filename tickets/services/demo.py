@@ -4,7 +4,7 @@ reset back to it."""
 from django.core.management.color import no_style
 from django.db import connection, transaction
 
-from delivery import conf, transport
+from nightjar_delivery import conf, transport
 from tickets.models import (
     Completion,
     DeliveryFailure,

@@ -1,11 +1,11 @@
 """Reconcile and parking for registrations: the engine's passes
-(delivery/reconcile.py) on the registrations channel. Pending registrations
+(nightjar_delivery/reconcile.py) on the registrations channel. Pending registrations
 older than a grace period are published again, oldest first, after the
 broker's dead letters are collected (parked for staff, published again once,
 or rejected); staff requeue or discard what is parked."""
 
-from delivery import channel, reconcile
-from delivery.reconcile import RECONCILE_ACTOR, CollectReport, ReconcileReport
+from nightjar_delivery import channel, reconcile
+from nightjar_delivery.reconcile import RECONCILE_ACTOR, CollectReport, ReconcileReport
 from tickets.models import Registration
 
 __all__ = ["CollectReport", "ReconcileReport", "RECONCILE_ACTOR"]
@@ -16,7 +16,7 @@ def registrations_channel() -> channel.Channel:
 
 
 def reconcile_registrations(**options) -> ReconcileReport:
-    """delivery.reconcile.reconcile (limit, older_than, catch_up, max_seconds, actor)."""
+    """nightjar_delivery.reconcile.reconcile (limit, older_than, catch_up, max_seconds, actor)."""
     return reconcile.reconcile(registrations_channel(), **options)
 
 

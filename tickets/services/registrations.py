@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from delivery import channel, conf, metrics, transport
+from nightjar_delivery import channel, conf, metrics, transport
 from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration, Ticket
 from tickets.services.staff import record_staff_action

@@ -1,13 +1,13 @@
 """Status: each registration's state, the totals per state with the queue's
 depth, and the gauges a metrics scrape reads. What is not about
 registrations (the queue's counts, the replicas, the dependencies' health)
-is the engine's: delivery/health.py."""
+is the engine's: nightjar_delivery/health.py."""
 
 from dataclasses import dataclass
 
 from django.db.models import Count
 
-from delivery import conf, health, transport
+from nightjar_delivery import conf, health, transport
 from tickets import contract
 from tickets.models import ParkedDelivery, Registration, RejectedMessage, Ticket
 from tickets.services.registrations import has_key, has_ticket, is_parked, parked_without_ticket, pending_registrations

@@ -3,7 +3,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from classroom import lab
-from delivery import exits
+from nightjar_delivery import exits
 from tickets import handlers
 from tickets.services.demo import reset_demo
 

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from classroom import verdicts, verify
-from delivery import exits
+from nightjar_delivery import exits
 from tickets import handlers
 
 

@@ -25,7 +25,7 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django_tasks",  # the backport of django.tasks (Django 5.2); not needed on Django 6
-    "delivery",  # Nightjar's engine: transports, worker loop, reconcile, parking
+    "nightjar_delivery",  # Nightjar's engine: transports, worker loop, reconcile, parking
     "nightjar_tasks",  # the Django Tasks backend on it
     "demo",
 ]
@@ -47,7 +47,7 @@ TASKS = {
 NIGHTJAR_BROKER_URL = os.environ.get("NIGHTJAR_BROKER_URL") or "amqp://guest:guest@127.0.0.1:5675/%2F"
 NIGHTJAR_TASKS_QUEUE = os.environ.get("NIGHTJAR_TASKS_QUEUE") or "tasks_demo"
 NIGHTJAR_CONSUMER_NAME = os.environ.get("NIGHTJAR_CONSUMER_NAME", "")
-# RabbitMQ's management API, for the unacknowledged count in tasks_status (`run` sets it for its node).
+# RabbitMQ's management API, for the unacknowledged count in nightjar_tasks_status (`run` sets it for its node).
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "")
 # Killed workers' entries are claimed by the others after this long (Redis Streams).
 NIGHTJAR_CLAIM_IDLE_SECONDS = float(os.environ.get("NIGHTJAR_CLAIM_IDLE_SECONDS") or 60)
@@ -74,5 +74,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"stdout": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout"}},
     "root": {"handlers": ["stdout"], "level": "WARNING"},
-    "loggers": {"delivery": {"level": "INFO"}, "nightjar_tasks": {"level": "INFO"}, "pika": {"level": "CRITICAL"}},
+    "loggers": {
+        "nightjar_delivery": {"level": "INFO"},
+        "nightjar_tasks": {"level": "INFO"},
+        "pika": {"level": "CRITICAL"},
+    },
 }

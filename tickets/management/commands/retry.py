@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from delivery import exits
+from nightjar_delivery import exits
 from tickets.services.registrations import retry_registration
 from tickets.services.staff import command_line_actor
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from delivery import exits
+from nightjar_delivery import exits
 from tickets.services.demo import seed_demo
 
 

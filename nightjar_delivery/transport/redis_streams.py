@@ -31,8 +31,8 @@ import time
 import redis
 import redis.exceptions
 
-from delivery import conf
-from delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
+from nightjar_delivery import conf
+from nightjar_delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class Consumer:
             tag = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             self.lost.append(tag)
             logger.warning(
-                "Entry %s of %s was trimmed before it was handled; reconcile republishes its registration",
+                "Entry %s of %s was trimmed before it was handled; reconcile republishes its stored intent",
                 tag,
                 self.queue,
             )

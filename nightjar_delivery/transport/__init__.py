@@ -13,7 +13,7 @@ import time
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from delivery import conf
+from nightjar_delivery import conf
 
 
 class BrokerError(Exception):
@@ -34,7 +34,7 @@ class Delivery(NamedTuple):
     # How many times the broker had handed it out before (RabbitMQ before
     # 4.3 and Redis: every return; RabbitMQ 4.3: failures only); past
     # NIGHTJAR_DELIVERY_LIMIT of them the broker's backstop dead-letters it.
-    # Parking is the worker's own count of failures (delivery.recording.park_after_failures).
+    # Parking is the worker's own count of failures (nightjar_delivery.recording.park_after_failures).
     attempts: int = 0
 
 
@@ -80,7 +80,7 @@ def past_the_return_limit(limit: int) -> str:
 
 def backend():
     """The module that implements the transport the broker URL names."""
-    return importlib.import_module(f"delivery.transport.{kind()}")
+    return importlib.import_module(f"nightjar_delivery.transport.{kind()}")
 
 
 class Backoff:

@@ -6,7 +6,7 @@ them from the environment (.env.example lists them)."""
 from django.conf import settings
 
 DEFAULTS = {
-    # The broker; its scheme picks the transport (delivery/transport/).
+    # The broker; its scheme picks the transport (nightjar_delivery/transport/).
     "NIGHTJAR_BROKER_URL": "amqp://guest:guest@127.0.0.1:5673/%2F",
     "NIGHTJAR_QUEUE": "nightjar.registrations",
     # How long a publish, a connect or a management call may wait.
@@ -32,5 +32,5 @@ DEFAULTS = {
 
 def __getattr__(name: str):
     if name not in DEFAULTS:
-        raise AttributeError(f"delivery.conf has no setting {name}")
+        raise AttributeError(f"nightjar_delivery.conf has no setting {name}")
     return getattr(settings, name, DEFAULTS[name])

@@ -13,7 +13,7 @@ are read from the database and the broker at scrape time, by the web only.
 import hmac
 import os
 
-from delivery import channel, conf
+from nightjar_delivery import channel, conf
 
 try:
     from prometheus_client import (

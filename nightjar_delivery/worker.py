@@ -18,9 +18,9 @@ from typing import TextIO
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from delivery import channel, conf, metrics, reconcile, recording, transport
-from delivery.checkpoints import Pause
-from delivery.codec import ContractError
+from nightjar_delivery import channel, conf, metrics, reconcile, recording, transport
+from nightjar_delivery.checkpoints import Pause
+from nightjar_delivery.codec import ContractError
 
 logger = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class Worker:
         try:
             return self.channel.made_since(key, since)
         except DatabaseError:
-            logger.warning("Could not tell whether %s got its ticket now", self.channel.label(key))
+            logger.warning("Could not tell whether %s got its %s now", self.channel.label(key), self.channel.outcome)
             self.connections_suspect = True
             return False
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery import channel
+from nightjar_delivery import channel
 from nightjar_tasks import conf, summary
 
 

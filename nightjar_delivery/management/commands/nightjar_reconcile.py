@@ -1,16 +1,16 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery import exits, reconcile
+from nightjar_delivery import exits, reconcile
 
 SHOWN = 50  # codes listed one per line; a backlog of thousands is summed up
 
 
 class Command(BaseCommand):
     help = (
-        "Republish registrations that have no completion yet and are older than a grace period, oldest first, "
+        "Republish the channel's intents that are not done yet and are older than a grace period, oldest first, "
         "in passes of --limit while each pass is full. First moves dead-lettered deliveries into the database "
         "(parked for staff, or requeued when only interruptions used up their limit). "
-        "Safe at any time: the worker makes no second ticket."
+        "Safe at any time: the worker makes no second outcome."
     )
 
     def add_arguments(self, parser):

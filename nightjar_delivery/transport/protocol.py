@@ -6,7 +6,7 @@ bin/test runs on RabbitMQ and again on Redis Streams."""
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
-from delivery.transport import Delivery
+from nightjar_delivery.transport import Delivery
 
 
 @runtime_checkable

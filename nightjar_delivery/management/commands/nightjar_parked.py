@@ -1,13 +1,13 @@
 from django.core.management.base import BaseCommand
 
-from delivery import exits, reconcile
+from nightjar_delivery import exits, reconcile
 
 
 class Command(BaseCommand):
     help = (
         "Parked deliveries: what used up its delivery limit and waits for a person. "
-        "`parked` lists them; `parked collect` moves the broker's dead letters into the database "
-        "(reconcile does this too); `parked requeue R-0003` publishes one again; `parked discard R-0003` gives up on it."
+        "Listed by default; `collect` moves the broker's dead letters into the database "
+        "(reconcile does this too); `requeue ID` publishes one again; `discard ID` gives up on it."
     )
 
     def add_arguments(self, parser):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
         actions.add_parser("collect", help="Move the dead-letter queue into the database: record, then ack.")
         for name, what in (("requeue", "Publish it again"), ("discard", "Give up on it")):
             action = actions.add_parser(name, help=f"{what}; leaves a trace.")
-            action.add_argument("code", help="Registration ID, e.g. R-0003.")
+            action.add_argument("code", help="The id `parked` lists, as the channel writes it.")
 
     def handle(self, *args, **options):
         action = options["action"] or "list"
@@ -30,7 +30,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"Requeued {user.label(intent.pk)}: it is pending again and is being published.")
             elif action == "discard":
                 intent = reconcile.discard_parked(user, code=options["code"], actor=user.actor("parked discard"))
-                self.stdout.write(f"Discarded {user.label(intent.pk)}: it stays parked, without a ticket.")
+                self.stdout.write(f"Discarded {user.label(intent.pk)}: it stays parked, without its {user.outcome}.")
             else:
                 self.show_list(user)
 
@@ -43,7 +43,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Collected {len(report.parked) + len(report.requeued) + report.dropped + report.rejected} dead letters: "
             f"{len(report.parked)} parked, {len(report.requeued)} requeued, "
-            f"{report.rejected} rejected messages, {report.dropped} already had their ticket."
+            f"{report.rejected} rejected messages, {report.dropped} already had their {user.outcome}."
         )
 
     def show_list(self, user):

@@ -28,8 +28,8 @@ from urllib.request import HTTPRedirectHandler, Request, build_opener
 import pika
 import pika.exceptions
 
-from delivery import conf
-from delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
+from nightjar_delivery import conf
+from nightjar_delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
 
 logger = logging.getLogger(__name__)
 

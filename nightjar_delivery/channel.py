@@ -7,7 +7,7 @@ one instance at start-up:
 
     # tickets/apps.py
     def ready(self):
-        from delivery import channel
+        from nightjar_delivery import channel
         from tickets.channel import RegistrationsChannel
         channel.register(RegistrationsChannel())  # name "registrations", queue NIGHTJAR_QUEUE
 
@@ -23,7 +23,7 @@ own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`
   one, else "registrations" when registered, else the only one registered,
   else LookupError listing the names.
 
-The worker, the recording of what it saw (delivery/recording.py), the
+The worker, the recording of what it saw (nightjar_delivery/recording.py), the
 `worker`, `reconcile` and `parked` commands, the metrics and the system
 checks call `channel.current()`; nothing else of the user. Everything that
 touches the broker passes the channel's queue explicitly:
@@ -37,7 +37,7 @@ checked form of a body (any object); the engine only hands it back.
 
 from collections.abc import Callable, Iterable
 
-from delivery.transport import Delivery
+from nightjar_delivery.transport import Delivery
 
 
 class HandlerError(Exception):
@@ -53,6 +53,7 @@ class Channel:
 
     name = ""  # unique among the registered channels ("registrations")
     intents = "intents"  # what people call its intents, in the plural (the worker's "No ready registrations")
+    outcome = "outcome"  # what a done intent has (tickets: "ticket"; tasks: "result"), in the commands' lines
 
     @property
     def queue(self) -> str:
@@ -62,7 +63,7 @@ class Channel:
     # -- decoding and checking a body against the stored intent (the hot path) --
 
     def decode(self, body: bytes):
-        """The message of a body, or raise delivery.codec.ContractError. Total:
+        """The message of a body, or raise nightjar_delivery.codec.ContractError. Total:
         any other exception would make a poison body look like a failure."""
         raise NotImplementedError
 
@@ -114,7 +115,7 @@ class Channel:
         rows from there rather than read them a second time."""
         raise NotImplementedError
 
-    # -- records: the user's concrete models of delivery/records.py --
+    # -- records: the user's concrete models of nightjar_delivery/records.py --
 
     intent_model = None  # the model of the stored intents (Registration)
     intent_field = ""  # the records' foreign key to it ("registration")
@@ -128,7 +129,7 @@ class Channel:
         """The intent key a body names, however broken the rest is. Never raises."""
         raise NotImplementedError
 
-    # -- reconcile and parking (delivery/reconcile.py runs them; these are the domain's answers) --
+    # -- reconcile and parking (nightjar_delivery/reconcile.py runs them; these are the domain's answers) --
 
     refusal = DomainError  # what the channel's refusals are (a subclass of DomainError)
 
@@ -239,5 +240,7 @@ def current() -> Channel:
     if len(_channels) == 1:
         return next(iter(_channels.values()))
     if not _channels:
-        raise LookupError("No delivery channel is registered: an app must call delivery.channel.register() in ready().")
+        raise LookupError(
+            "No delivery channel is registered: an app must call nightjar_delivery.channel.register() in ready()."
+        )
     raise LookupError(f"Several delivery channels are registered ({names()}): name one with --channel NAME.")

@@ -6,7 +6,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from delivery import exits
+from nightjar_delivery import exits
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskParked, TaskRecord
 

@@ -4,7 +4,7 @@ from urllib.parse import urlsplit
 
 from django.core import checks
 
-from delivery import conf, transport
+from nightjar_delivery import conf, transport
 
 
 @checks.register()
@@ -86,7 +86,7 @@ def management_api_over_plain_http(app_configs, **kwargs):
 def channels_have_queues_of_their_own(app_configs, **kwargs):
     """Two channels on one queue would take each other's deliveries (and
     reject them as broken bodies): each registered channel needs its own."""
-    from delivery import channel
+    from nightjar_delivery import channel
 
     by_queue: dict[str, list[str]] = {}
     for user in channel.all():

@@ -16,8 +16,8 @@ import itertools
 import threading
 import time
 
-from delivery import conf
-from delivery.transport import Backoff, BrokerError, Delivery, queue_name
+from nightjar_delivery import conf
+from nightjar_delivery.transport import Backoff, BrokerError, Delivery, queue_name
 
 _lock = threading.Condition()
 _tags = itertools.count(1)

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 from django.core.management.base import CommandError
 
-from delivery import channel
-from delivery.channel import DomainError, HandlerError
-from delivery.transport import BrokerError
+from nightjar_delivery import channel
+from nightjar_delivery.channel import DomainError, HandlerError
+from nightjar_delivery.transport import BrokerError
 
 REFUSED = 1
 USAGE = 2
@@ -26,7 +26,7 @@ def add_channel_argument(parser) -> None:
     parser.add_argument(
         "--channel",
         metavar="NAME",
-        help="The delivery channel (default: registrations when registered, else the only one registered).",
+        help="The delivery channel (default: the project's default channel when registered, else the only one registered).",
     )
 
 

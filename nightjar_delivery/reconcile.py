@@ -1,7 +1,7 @@
 """Reconcile and parking, the engine's half: what brings a stored intent back
 to the broker when its publish was lost or its delivery was dead-lettered,
 and what staff do with a parked delivery. The channel answers only what is
-its domain (delivery/channel.py): which intents are pending, how one is
+its domain (nightjar_delivery/channel.py): which intents are pending, how one is
 published, its labels, and its refusals.
 
 - reconcile(): collect the dead letters first (so a parked intent is never
@@ -22,9 +22,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from delivery import metrics, recording, transport
-from delivery.channel import Channel
-from delivery.codec import ContractError
+from nightjar_delivery import metrics, recording, transport
+from nightjar_delivery.channel import Channel
+from nightjar_delivery.codec import ContractError
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 
 from django.db import DatabaseError, connection
 
-from delivery import transport
+from nightjar_delivery import transport
 
 logger = logging.getLogger(__name__)
 

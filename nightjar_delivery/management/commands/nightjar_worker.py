@@ -1,26 +1,42 @@
+import itertools
 import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from delivery import channel, exits, metrics, transport
-from delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
-from delivery.worker import Worker
+from nightjar_delivery import channel, exits, metrics, transport
+from nightjar_delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
+from nightjar_delivery.worker import Worker
 
-logger = logging.getLogger("delivery.worker")
+logger = logging.getLogger("nightjar_delivery.worker")
 
 
-def _default_handlers() -> str:
-    """Each registered channel's default handler, for --handler's help: the
-    help is built before --channel is read, so it cannot ask for the one
-    channel (a project with several and no default has none yet)."""
-    return "; ".join(f"{user.name}: {user.handler_help}" for user in channel.all()) or "none registered"
+def _default_handlers(argv: list[str]) -> str:
+    """The default handler for --handler's help: the channel's that argv names
+    with --channel (the help is built before the arguments are parsed, so it
+    reads them itself), else each registered channel's (a project with several
+    and no default has none yet)."""
+    named = next(
+        (
+            value
+            for flag, value in itertools.pairwise([*argv, ""])
+            if flag == "--channel" or flag.startswith("--channel=")
+            for value in [flag.partition("=")[2] or value]
+        ),
+        None,
+    )
+    users = [user for user in channel.all() if user.name == named] or channel.all()
+    return "; ".join(f"{user.name}: {user.handler_help}" for user in users) or "none registered"
 
 
 class Command(BaseCommand):
     help = (
-        "Turn registrations from the broker (RabbitMQ or Redis) into tickets. By default takes one ready delivery and exits; "
+        "Take a channel's deliveries from the broker (RabbitMQ or Redis) and run its handler. By default takes one ready delivery and exits; "
         "--drain until the queue is empty; --serve until SIGTERM or Ctrl+C."
     )
+
+    def run_from_argv(self, argv):
+        self.argv = list(argv)  # (for --handler's help, which names the chosen channel's default)
+        return super().run_from_argv(argv)
 
     def add_arguments(self, parser):
         mode = parser.add_mutually_exclusive_group()
@@ -34,7 +50,7 @@ class Command(BaseCommand):
             "--handler",
             help=(
                 f"Dotted path or .py file of the handler (default: NIGHTJAR_HANDLER; in lab mode the learner's "
-                f"lab/handler.py once `lab start` made it; else the channel's own: {_default_handlers()})."
+                f"lab/handler.py once `lab start` made it; else the channel's own: {_default_handlers(getattr(self, 'argv', []))})."
             ),
         )
         exits.add_channel_argument(parser)
@@ -48,7 +64,7 @@ class Command(BaseCommand):
             "--batch",
             type=int,
             metavar="N",
-            help="Batch mode: up to N deliveries per transaction and one multiple=True ack (tickets/batch.py).",
+            help="Batch mode: up to N deliveries per transaction and one multiple=True ack (the channel's batch handler).",
         )
         parser.add_argument(
             "--batch-ms",
@@ -61,7 +77,7 @@ class Command(BaseCommand):
             "--reconcile-every",
             type=float,
             metavar="SECONDS",
-            help="In --serve, republish registrations whose publish was lost, this often (as `reconcile` does).",
+            help="In --serve, republish the channel's intents whose publish was lost, this often (as reconcile does).",
         )
         parser.add_argument(
             "--limit", type=int, default=100, help="With --reconcile-every: per reconcile pass (default 100)."
@@ -105,7 +121,8 @@ class Command(BaseCommand):
             raise CommandError("--batch must be between 1 and 1000.", returncode=exits.USAGE)
         if options["batch"] and options["handler"]:
             raise CommandError(
-                "--handler picks the per-delivery handler; batch mode uses tickets/batch.py.", returncode=exits.USAGE
+                "--handler picks the per-delivery handler; batch mode uses the channel's batch handler.",
+                returncode=exits.USAGE,
             )
         if options["reconcile_every"] is not None and not options["serve"]:
             raise CommandError("--reconcile-every only makes sense with --serve.", returncode=exits.USAGE)

@@ -2,8 +2,8 @@ from django.apps import AppConfig
 
 
 class DeliveryConfig(AppConfig):
-    name = "delivery"
+    name = "nightjar_delivery"
     verbose_name = "Nightjar delivery engine"
 
     def ready(self) -> None:
-        from delivery import checks  # noqa: F401  (registers the system checks)
+        from nightjar_delivery import checks  # noqa: F401  (registers the system checks)

@@ -1,6 +1,6 @@
 """What the worker writes down besides the handler's work: rejected bodies,
 failed attempts, redeliveries, entries the broker lost, and its own report.
-Into the user's concrete record models (delivery/records.py, named by the
+Into the user's concrete record models (nightjar_delivery/records.py, named by the
 channel), each row linked to its intent when the body names one that exists.
 Only a rejection is part of a delivery's outcome (recorded, then acked); the
 rest is best effort: a worker never stops because a note could not be written.
@@ -15,9 +15,9 @@ from datetime import timedelta
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from delivery import channel, conf
-from delivery.codec import storable_text
-from delivery.transport import Delivery
+from nightjar_delivery import channel, conf
+from nightjar_delivery.codec import storable_text
+from nightjar_delivery.transport import Delivery
 
 logger = logging.getLogger(__name__)
 
