@@ -8,6 +8,7 @@ worker run, and the result read SUCCESSFUL from another process — on Django
 (Python 3.12, the image's pyenv build; none found fails)."""
 
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -36,7 +37,12 @@ def readme_settings_block() -> str:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel, built from a clean copy of what the distribution is made of
+    (an in-tree build would reuse whatever an earlier build left in build/)."""
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    shutil.copy(ROOT / "pyproject.toml", source)
+    for package in LIBRARY:
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [
             sys.executable,
@@ -48,7 +54,7 @@ def wheel(tmp_path_factory) -> Path:
             "--disable-pip-version-check",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         capture_output=True,
@@ -64,7 +70,8 @@ def test_the_wheel_holds_the_engine_and_the_tasks_backend_only(wheel):
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == set(LIBRARY)
     assert "nightjar_tasks/migrations/0001_initial.py" in names
-    assert "nightjar_delivery/management/commands/worker.py" in names
+    assert "nightjar_delivery/management/commands/nightjar_worker.py" in names
+    assert "nightjar_tasks/templates/admin/nightjar_tasks/taskrecord/confirm.html" in names  # the admin's plan page
     for site_part in ("tickets/", "desk/", "door/", "classroom/", "nightjar/", "tests/", "examples/", "devtools/"):
         assert not any(name.startswith(site_part) for name in names), site_part
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
