@@ -1,0 +1,233 @@
+"""Seats: the capacity, the waiting list, cancelling, and the promise that a
+freed seat goes to exactly one waiting guest (services/seats.py). Fast tier:
+the in-memory transport and the worker loop in this process; the concurrent
+requests run as threads against the real database (SQLite here, PostgreSQL in
+bin/test's PostgreSQL leg: marked `postgres`)."""
+
+import io
+import threading
+
+import pytest
+from django.db import close_old_connections, connection
+
+from delivery import transport
+from delivery.reconcile import reconcile
+from delivery.worker import Worker
+from tickets.handler import handle
+from tickets.models import Registration, RejectedMessage, Seat, StaffAction, Ticket
+from tickets.services import seats
+from tickets.services.reconcile import registrations_channel
+from tickets.services.registrations import NightjarError, pending_registrations, register_guest, retry_registration
+
+pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
+
+STAFF = "organiser (test)"
+
+
+def drain() -> int:
+    worker = Worker(handler=handle, stdout=io.StringIO())
+    worker.connect()
+    try:
+        return worker.drain()
+    finally:
+        worker.close()
+
+
+def ready() -> int:
+    return transport.queue_counts(transport.queue_name())["ready"]
+
+
+def guests(count: int, prefix: str = "Guest") -> list[Registration]:
+    return [register_guest(name=f"{prefix} {i}") for i in range(1, count + 1)]
+
+
+def test_the_evening_has_room_for_everyone_until_staff_set_a_capacity():
+    assert seats.capacity() is None
+    everyone = guests(5)
+    assert {r.seat for r in everyone} == {Seat.CONFIRMED} and ready() == 5
+
+
+def test_a_full_evening_stores_the_registration_as_waiting_in_order_and_publishes_nothing_for_it():
+    seats.set_capacity(capacity=2, actor=STAFF)
+    first, second, third, fourth = guests(4)
+    assert [r.seat for r in (first, second, third, fourth)] == ["confirmed", "confirmed", "waiting", "waiting"]
+    assert ready() == 2  # only the two with a seat were published
+    assert [seats.waiting_place(r) for r in (first, third, fourth)] == [None, 1, 2]
+    drain()
+    assert Ticket.objects.count() == 2 and not third.tickets.exists()
+    assert list(pending_registrations()) == []  # waiting guests are not pending: reconcile leaves them alone
+    assert seats.seat_counts() == seats.SeatCounts(capacity=2, confirmed=2, waiting=2, cancelled=0)
+
+
+def test_a_cancellation_gives_the_seat_to_the_first_waiting_guest_in_the_same_transaction():
+    seats.set_capacity(capacity=2, actor=STAFF)
+    first, _, third, fourth = guests(4)
+    drain()
+    done = seats.cancel_registration(registration=first, actor=seats.GUEST_ACTOR)
+    assert [r.pk for r in done.promoted] == [third.pk]
+    third.refresh_from_db()
+    fourth.refresh_from_db()
+    assert (third.seat, fourth.seat, seats.waiting_place(fourth)) == ("confirmed", "waiting", 1)
+    assert ready() == 1  # third's ticket published after commit
+    drain()
+    assert third.tickets.count() == 1 and not fourth.tickets.exists()
+    actions = list(StaffAction.objects.order_by("id").values_list("action", "registration_id"))
+    assert actions[-2:] == [("cancel", first.pk), ("promote", third.pk)]
+
+
+def test_cancelling_a_waiting_guest_frees_no_seat_and_the_list_closes_up():
+    seats.set_capacity(capacity=1, actor=STAFF)
+    _, second, third = guests(3)
+    assert seats.cancel_registration(registration=second, actor=STAFF, reason="asked by phone").promoted == []
+    third.refresh_from_db()
+    assert (third.seat, seats.waiting_place(third)) == ("waiting", 1)
+    assert StaffAction.objects.filter(action="cancel", detail="asked by phone").exists()
+
+
+def test_a_repeated_cancel_is_refused_and_changes_nothing():
+    seats.set_capacity(capacity=1, actor=STAFF)
+    first, second, third = guests(3)
+    seats.cancel_registration(registration=first, actor=seats.GUEST_ACTOR)
+    with pytest.raises(seats.AlreadyCancelled, match=f"{first.code} was already cancelled"):
+        seats.cancel_registration(registration=first, actor=seats.GUEST_ACTOR)
+    third.refresh_from_db()
+    assert third.seat == "waiting"  # the second cancel promoted no one else
+    assert seats.seat_counts().confirmed == 1
+
+
+def test_raising_the_capacity_promotes_waiting_guests_in_order_and_lowering_below_seats_taken_is_refused():
+    seats.set_capacity(capacity=1, actor=STAFF)
+    everyone = guests(4)
+    promoted = seats.set_capacity(capacity=3, actor=STAFF)
+    assert [r.pk for r in promoted] == [everyone[1].pk, everyone[2].pk]
+    with pytest.raises(seats.CapacityRefused, match="3 seats are taken, so the capacity cannot be 2"):
+        seats.set_capacity(capacity=2, actor=STAFF)
+    assert seats.capacity() == 3
+    assert [a.detail for a in StaffAction.objects.filter(action="capacity").order_by("id")] == [
+        "Capacity room for everyone → 1 seats.",
+        "Capacity 1 seats → 3 seats.",
+    ]
+    seats.set_capacity(capacity=None, actor=STAFF)  # room for everyone: the rest come in
+    assert seats.seat_counts().waiting == 0
+
+
+@pytest.mark.parametrize(
+    "typed, sentence",
+    [
+        ("0", "at least one seat"),
+        ("-5", "at least one seat"),
+        ("20000000", "more than this site can seat"),
+        ("twenty", "is not a number of seats"),
+        ("2.5", "is not a number of seats"),
+        ("٣", "is not a number of seats"),
+        ("9" * 400, "is not a number of seats"),
+    ],
+)
+def test_a_capacity_that_is_not_a_number_of_seats_is_refused_with_a_sentence(typed, sentence):
+    seats.set_capacity(capacity=5, actor=STAFF)
+    with pytest.raises(seats.CapacityRefused, match=sentence):
+        seats.set_capacity(capacity=typed, actor=STAFF)
+    assert seats.capacity() == 5
+    assert StaffAction.objects.filter(action="capacity").count() == 1
+
+
+def test_a_delivery_of_a_cancelled_or_waiting_registration_makes_no_ticket():
+    seats.set_capacity(capacity=1, actor=STAFF)
+    first, second = guests(2)
+    seats.cancel_registration(registration=first, actor=seats.GUEST_ACTOR)  # published before; cancelled now
+    seats.set_capacity(capacity=None, actor=STAFF)
+    # The promotion's publish and first's old delivery; a forged delivery of a waiting guest:
+    waiting = register_guest(name="Late Guest")
+    Registration.objects.filter(pk=waiting.pk).update(seat=Seat.WAITING)
+    transport.publish(
+        f'{{"id":"{waiting.code}","name":"Late Guest","v":1}}'.encode(), message_id="x", queue=transport.queue_name()
+    )
+    drain()
+    assert not first.tickets.exists() and second.tickets.count() == 1 and not waiting.tickets.exists()
+    reasons = sorted(RejectedMessage.objects.values_list("reason", flat=True))
+    assert any(f"{first.code} is cancelled: it holds no seat" in reason for reason in reasons)
+    assert any(f"{waiting.code} is waiting: it holds no seat" in reason for reason in reasons)
+
+
+def test_retry_and_reconcile_refuse_or_skip_a_registration_without_a_seat():
+    seats.set_capacity(capacity=1, actor=STAFF)
+    first, second = guests(2)
+    with pytest.raises(NightjarError, match=f"{second.code} is waiting: it holds no seat, so it is not retried"):
+        retry_registration(code=second.code, actor=STAFF)
+    report = reconcile(registrations_channel(), older_than=0, actor=STAFF)
+    assert report.published == [first.code]  # the waiting one is not pending
+
+
+def take_in_threads(count: int, work) -> list:
+    """Run work(i) in `count` threads started together; each its own connection."""
+    results: list = [None] * count
+    start = threading.Barrier(count)
+
+    def run(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = work(i)
+        except Exception as error:  # noqa: BLE001 - the test shows what went wrong
+            results[i] = error
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    close_old_connections()
+    return results
+
+
+@pytest.mark.postgres
+def test_concurrent_registrations_never_take_more_seats_than_the_capacity_and_the_rest_wait_in_order():
+    seats.set_capacity(capacity=5, actor=STAFF)
+    results = take_in_threads(24, lambda i: register_guest(name=f"Racing Guest {i}").pk)
+    assert all(isinstance(pk, int) for pk in results), results
+    confirmed = list(Registration.objects.filter(seat=Seat.CONFIRMED).values_list("pk", flat=True))
+    waiting = list(Registration.objects.filter(seat=Seat.WAITING).order_by("pk").values_list("pk", flat=True))
+    assert len(confirmed) == 5 and len(waiting) == 19
+    assert max(confirmed) < min(waiting)  # arrival order: nobody confirmed after a guest who waits
+    assert ready() == 5
+
+
+@pytest.mark.postgres
+def test_concurrent_cancellations_promote_one_waiting_guest_per_freed_seat_each_once():
+    seats.set_capacity(capacity=6, actor=STAFF)
+    everyone = guests(16)
+    holders, queue = everyone[:6], everyone[6:]
+
+    def cancel(i: int):
+        # Every holder cancelled twice at once: one wins, the other is told it was already cancelled.
+        try:
+            return len(seats.cancel_registration(registration=holders[i % 6], actor=STAFF).promoted)
+        except seats.AlreadyCancelled:
+            return "already"
+
+    results = take_in_threads(12, cancel)
+    assert sorted(results, key=str) == [1] * 6 + ["already"] * 6, results
+    confirmed = set(Registration.objects.filter(seat=Seat.CONFIRMED).values_list("pk", flat=True))
+    assert confirmed == {r.pk for r in queue[:6]}
+    assert StaffAction.objects.filter(action="promote").count() == 6
+    assert ready() == 6 + 6  # the holders' first deliveries, and one per promotion
+    drain()
+    assert Ticket.objects.filter(registration__seat=Seat.CONFIRMED).count() == 6
+
+
+@pytest.mark.postgres
+def test_setting_the_capacity_while_guests_register_keeps_seats_within_it():
+    def work(i: int):
+        if i == 0:
+            try:
+                return seats.set_capacity(capacity=8, actor=STAFF)
+            except seats.CapacityRefused as error:
+                return error
+        return register_guest(name=f"Busy Guest {i}").seat
+
+    take_in_threads(20, work)
+    counts = seats.seat_counts()
+    # Either the capacity came first (8 seats, the rest wait) or was refused (more than 8 were in already).
+    assert counts.capacity is None or counts.confirmed <= counts.capacity
+    assert counts.confirmed + counts.waiting == 19
