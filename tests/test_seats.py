@@ -231,3 +231,80 @@ def test_setting_the_capacity_while_guests_register_keeps_seats_within_it():
     # Either the capacity came first (8 seats, the rest wait) or was refused (more than 8 were in already).
     assert counts.capacity is None or counts.confirmed <= counts.capacity
     assert counts.confirmed + counts.waiting == 19
+
+
+def test_status_and_audit_name_the_seats_and_the_totals_still_add_up():
+    from django.core.management import call_command
+
+    seats.set_capacity(capacity=3, actor=STAFF)
+    everyone = guests(6)
+    drain()
+    seats.cancel_registration(registration=everyone[0], actor=STAFF)  # its ticket is void; R-4 promoted
+    seats.cancel_registration(registration=everyone[5], actor=STAFF)  # a waiting guest leaves the list
+    out = io.StringIO()
+    call_command("status", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert f"{everyone[0].code}  cancelled" in lines[0] and f"{everyone[4].code}  waiting" in lines[4]
+    assert f"{everyone[3].code}  pending" in lines[3]
+    assert "Seats: capacity 3, 3 taken, 0 free  waiting: 1  cancelled: 2" in lines
+    from tickets.management.commands.status import as_json
+
+    totals = as_json(None)["totals"]
+    states = ("pending", "issued", "ticket_without_its_key", "key_without_ticket", "duplicate_tickets", "parked")
+    assert sum(totals[state] for state in states) + totals["waiting"] + totals["cancelled"] == 6
+    out = io.StringIO()
+    call_command("audit", stdout=out)
+    assert "Audit passed: 6 registrations" in out.getvalue()
+    assert "Void: 1 cancelled registrations hold a ticket" in out.getvalue()
+
+
+def test_audit_reports_more_seats_than_the_capacity_and_a_guest_skipped_on_the_waiting_list():
+    from tickets.services.audit import audit_invariants
+
+    seats.set_capacity(capacity=2, actor=STAFF)
+    first, second, third, fourth = guests(4)
+    # What no service does: a seat given past the capacity, to the later of two waiting guests.
+    Registration.objects.filter(pk=fourth.pk).update(seat=Seat.CONFIRMED)
+    violations = audit_invariants(pending_older_than=300).violations
+    assert "more seats confirmed than the capacity: 3 of 2" in violations
+    assert f"waiting ahead of a guest confirmed after them: {third.code}" in violations
+
+
+def test_staff_set_the_capacity_in_the_admin_and_a_bad_one_is_refused_with_a_sentence(staff):
+    guests(3)
+    url = "/admin/tickets/evening/1/change/"
+    assert staff.get(url).status_code == 200
+    page = staff.post(url, {"capacity": "2"}).content.decode()
+    assert "3 seats are taken, so the capacity cannot be 2" in page and seats.capacity() is None
+    page = staff.post(url, {"capacity": "lots"}).content.decode()
+    assert "is not a number of seats" in page and seats.capacity() is None
+    assert staff.post(url, {"capacity": "3"}).status_code == 302 and seats.capacity() == 3
+    action = StaffAction.objects.get(action="capacity")
+    assert action.actor == "desk (admin)" and action.detail == "Capacity room for everyone → 3 seats."
+
+
+def test_staff_cancel_in_the_admin_needs_the_permission_a_reason_and_a_confirmation(client, staff):
+    from django.contrib.auth.models import Permission, User
+
+    seats.set_capacity(capacity=1, actor=STAFF)
+    first, second = guests(2)
+    changelist = "/admin/tickets/registration/"
+    chosen = {"action": "cancel_registrations", "_selected_action": [first.pk]}
+    page = staff.post(changelist, chosen).content.decode()
+    assert "Cancel registrations" in page and first.code in page  # the plan, nothing changed yet
+    staff.post(changelist, {**chosen, "confirm": "cancel", "reason": ""})  # no reason: refused
+    first.refresh_from_db()
+    assert first.seat == "confirmed"
+    staff.post(changelist, {**chosen, "confirm": "cancel", "reason": "Called to say she is ill"})
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.seat, second.seat) == ("cancelled", "confirmed")
+    assert StaffAction.objects.get(action="cancel").detail == "Called to say she is ill"
+    # Staff who may change registrations but not cancel them do not get the action.
+    clerk = User.objects.create_user("clerk", password="x", is_staff=True)
+    clerk.user_permissions.add(*Permission.objects.filter(codename__in=["view_registration", "change_registration"]))
+    client.force_login(clerk)
+    assert "cancel_registrations" not in client.get(changelist).content.decode()
+    response = client.post(changelist, {**chosen, "_selected_action": [second.pk], "confirm": "cancel", "reason": "x"})
+    second.refresh_from_db()
+    assert response.status_code in (200, 302) and second.seat == "confirmed"

@@ -71,14 +71,15 @@ class Registration(models.Model):
     submission_key = models.CharField(max_length=64, null=True, blank=True, unique=True, editable=False)
     # Seats are counted and the waiting list walked by this column (services/seats.py).
     seat = models.CharField(max_length=10, choices=Seat.choices, default=Seat.CONFIRMED, db_index=True)
-    # When it got its seat (at registration, or when promoted); audit's grace period runs from here.
-    seated = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    # When a waiting guest got a freed seat; audit's grace period runs from here (else from created).
+    promoted = models.DateTimeField(null=True, blank=True)
     cancelled = models.DateTimeField(null=True, blank=True)
 
     objects = RegistrationManager()
 
     class Meta:
         ordering = ["id"]
+        permissions = [("cancel_registration", "Can cancel a registration (its seat goes to the waiting list)")]
 
     def __str__(self) -> str:
         return f"{self.code} {self.name}"

@@ -12,6 +12,7 @@ from django.utils import timezone
 from delivery import channel, conf, metrics, transport
 from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration, Seat, Ticket
+from tickets.services import evening
 from tickets.services.staff import record_staff_action
 
 logger = logging.getLogger(__name__)
@@ -84,15 +85,13 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
     The same submission key with the same name returns the registration made
     the first time (a re-sent form); with another name it is refused.
     """
-    from tickets.services import seats  # seats builds on this module
-
     name = contract.clean_name(name)
     try:
         for attempt in (1, 2):
             try:
-                registration = _register(name, submission_key, seats)
+                registration = _register(name, submission_key)
                 break
-            except seats.CapacityChanged:
+            except evening.CapacityChanged:
                 if attempt == 2:
                     raise
     except IntegrityError:
@@ -106,18 +105,13 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
     return registration
 
 
-def _register(name: str, submission_key: str | None, seats) -> Registration:
+def _register(name: str, submission_key: str | None) -> Registration:
     """One transaction: the seat decision (under the evening's lock) and the
     insert. Only a registration with a seat is published; a waiting one is
     published when a freed seat promotes it."""
     with transaction.atomic():
-        seat = seats.seat_for_newcomer()
-        registration = Registration.objects.create(
-            name=name,
-            submission_key=submission_key or None,
-            seat=seat,
-            seated=timezone.now() if seat == Seat.CONFIRMED else None,
-        )
+        seat = evening.seat_for_newcomer()
+        registration = Registration.objects.create(name=name, submission_key=submission_key or None, seat=seat)
         if seat == Seat.CONFIRMED:
             transaction.on_commit(lambda: publish_after_commit(registration))
     return registration

@@ -16,10 +16,12 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from delivery.sql import execute, vendor
 from tickets.models import Evening, Registration, Seat
+from tickets.services.evening import capacity, locked_capacity, seats_taken
 from tickets.services.registrations import NightjarError, publish_after_commit
 from tickets.services.staff import record_staff_action
+
+__all__ = ["capacity", "locked_capacity", "seats_taken"]  # the evening's reads, from here too
 
 # More seats than any room this site can fill; a typo (20000000) is refused, not obeyed.
 MAX_CAPACITY = 100_000
@@ -34,52 +36,6 @@ class CapacityRefused(NightjarError):
     pass
 
 
-class CapacityChanged(Exception):
-    """The capacity was set while a registration read "room for everyone"
-    without the exclusive lock: the registration starts again (once)."""
-
-
-def locked_capacity(*, exclusive: bool = True) -> int | None:
-    """The evening's capacity, its row locked until the transaction ends:
-    exclusively for a decision that counts seats, shared for one that only
-    needs the capacity to stay unset (registrations with room for everyone
-    do not queue behind each other). Call inside transaction.atomic()."""
-    table = Evening._meta.db_table
-    lock = (" FOR UPDATE" if exclusive else " FOR SHARE") if vendor() == "postgresql" else ""
-    rows = execute(f"SELECT capacity FROM {table} WHERE id = 1{lock}", [])
-    if not rows:
-        # A database flushed by a test, or made before the migration's row: make it, then lock it.
-        Evening.objects.get_or_create(pk=1)
-        rows = execute(f"SELECT capacity FROM {table} WHERE id = 1{lock}", [])
-    return rows[0][0]
-
-
-def capacity() -> int | None:
-    """The capacity as it stands (no lock): None is room for everyone."""
-    return Evening.objects.filter(pk=1).values_list("capacity", flat=True).first()
-
-
-def seats_taken() -> int:
-    return Registration.objects.filter(seat=Seat.CONFIRMED).count()
-
-
-def seat_for_newcomer() -> str:
-    """Inside register_guest's transaction, before the insert: CONFIRMED if a
-    seat is left (and nobody waits ahead), else WAITING. Raises
-    CapacityChanged when the capacity was set between the unlocked read and
-    the shared lock (the caller starts the transaction again)."""
-    if capacity() is None:
-        if locked_capacity(exclusive=False) is None:
-            return Seat.CONFIRMED
-        raise CapacityChanged
-    limit = locked_capacity(exclusive=True)
-    if limit is None:
-        return Seat.CONFIRMED
-    if seats_taken() < limit and not Registration.objects.filter(seat=Seat.WAITING).exists():
-        return Seat.CONFIRMED
-    return Seat.WAITING
-
-
 def fill_free_seats(limit: int | None, *, actor: str, why: str) -> list[Registration]:
     """Promote waiting guests, first come first served, into the seats left
     under `limit`; publish their tickets after commit. Call with the evening
@@ -91,9 +47,9 @@ def fill_free_seats(limit: int | None, *, actor: str, why: str) -> list[Registra
     if not promoted:
         return []
     now = timezone.now()
-    Registration.objects.filter(pk__in=[r.pk for r in promoted]).update(seat=Seat.CONFIRMED, seated=now)
+    Registration.objects.filter(pk__in=[r.pk for r in promoted]).update(seat=Seat.CONFIRMED, promoted=now)
     for registration in promoted:
-        registration.seat, registration.seated = Seat.CONFIRMED, now
+        registration.seat, registration.promoted = Seat.CONFIRMED, now
         record_staff_action(actor=actor, action="promote", registration=registration, detail=why)
         transaction.on_commit(lambda registration=registration: publish_after_commit(registration))
     return promoted
