@@ -308,3 +308,86 @@ def test_staff_cancel_in_the_admin_needs_the_permission_a_reason_and_a_confirmat
     response = client.post(changelist, {**chosen, "_selected_action": [second.pk], "confirm": "cancel", "reason": "x"})
     second.refresh_from_db()
     assert response.status_code in (200, 302) and second.seat == "confirmed"
+
+
+def page(client, registration, suffix: str = "") -> str:
+    return client.get(f"/registrations/{registration.code}/{registration.secret}/{suffix}").content.decode()
+
+
+def test_a_waiting_guest_sees_their_place_and_the_page_moves_on_when_a_seat_frees_up(client):
+    seats.set_capacity(capacity=1, actor=STAFF)
+    first, second, third = guests(3)
+    shown = page(client, third)
+    assert "The evening is full: you are on the waiting list" in shown and "<strong>2</strong>" in shown
+    assert "registration.js" in shown  # it polls, as the page of a guest with a seat does
+    status = client.get(f"/registrations/{third.code}/{third.secret}/status.json").json()
+    assert (status["state"], status["place"], status["ready"]) == ("waiting", 2, False)
+    seats.cancel_registration(registration=first, actor=seats.GUEST_ACTOR)
+    status = client.get(f"/registrations/{second.code}/{second.secret}/status.json").json()
+    assert (status["state"], status["place"]) == ("pending", None)
+    assert "Your ticket is being prepared" in page(client, second)
+    assert client.get(f"/registrations/{third.code}/{third.secret}/status.json").json()["place"] == 1
+    drain()
+    status = client.get(f"/registrations/{second.code}/{second.secret}/status.json").json()
+    assert status["state"] == "ready" and status["ticket_url"].endswith("/ticket/")
+
+
+def test_a_guest_cancels_from_their_page_after_a_confirmation_and_the_ticket_no_longer_downloads():
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    seats.set_capacity(capacity=1, actor=STAFF)
+    first, second = guests(2)
+    drain()
+    download = f"/registrations/{first.code}/{first.secret}/ticket/download/"
+    assert browser.get(download).status_code == 200  # downloads while it holds the seat
+    url = f"/registrations/{first.code}/{first.secret}/cancel/"
+    asked = browser.get(url)
+    assert asked.status_code == 200 and "Cancel your registration?" in asked.content.decode()
+    assert "no-store" in asked["Cache-Control"]
+    assert browser.post(url).status_code == 403  # no CSRF token: a forged POST changes nothing
+    first.refresh_from_db()
+    assert first.seat == "confirmed"
+    token = browser.cookies["csrftoken"].value
+    done = browser.post(url, {"csrfmiddlewaretoken": token}, follow=True)
+    shown = done.content.decode()
+    assert "Your registration is cancelled." in shown and "This registration is cancelled" in shown
+    assert "Cancel registration" not in shown and "registration.js" not in shown
+    again = browser.post(url, {"csrfmiddlewaretoken": token}, follow=True).content.decode()
+    assert "This registration was already cancelled." in again
+    assert StaffAction.objects.filter(action="cancel").count() == 1 and seats.seat_counts().confirmed == 1
+    assert browser.get(download).status_code == 404
+    assert browser.get(f"/registrations/{first.code}/{first.secret}/ticket/").status_code == 302
+    assert browser.get(f"/registrations/{first.code}/{first.secret}/status.json").json()["state"] == "cancelled"
+
+
+def test_a_cancel_of_an_unknown_or_foreign_registration_is_a_404_and_changes_nothing(client):
+    first, second = guests(2)
+    for url in (
+        f"/registrations/{first.code}/{second.secret}/cancel/",  # another guest's secret
+        f"/registrations/R-99999999/{first.secret}/cancel/",
+        f"/registrations/{first.code}/x/cancel/",
+        "/registrations/R-0001x/abc/cancel/",
+    ):
+        assert client.post(url).status_code == 404
+    assert seats.seat_counts().cancelled == 0
+
+
+def test_too_many_cancel_posts_from_one_address_are_refused(client, settings):
+    settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE = 2
+    mine = guests(3)
+    answers = [client.post(f"/registrations/{r.code}/{r.secret}/cancel/").status_code for r in mine]
+    assert answers == [302, 302, 429] and seats.seat_counts().cancelled == 2
+
+
+def test_the_door_answers_a_cancelled_registrations_ticket_red():
+    from door.services import judge_ticket
+
+    (guest,) = guests(1)
+    drain()
+    ticket = guest.tickets.get()
+    assert judge_ticket(ticket).colour == "green"
+    seats.cancel_registration(registration=guest, actor=STAFF)
+    ticket.refresh_from_db()
+    verdict = judge_ticket(Ticket.objects.select_related("registration").get(pk=ticket.pk))
+    assert (verdict.colour, verdict.sentence) == ("red", "Cancelled") and "void" in verdict.detail
