@@ -391,3 +391,25 @@ def test_the_door_answers_a_cancelled_registrations_ticket_red():
     ticket.refresh_from_db()
     verdict = judge_ticket(Ticket.objects.select_related("registration").get(pk=ticket.pk))
     assert (verdict.colour, verdict.sentence) == ("red", "Cancelled") and "void" in verdict.detail
+
+
+def test_the_seats_command_sets_the_capacity_cancels_with_a_reason_and_refuses_bad_input():
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    call_command("seats", "--capacity", "1", stdout=out)
+    first, second = guests(2)
+    for args, sentence in [
+        (["--capacity", "-3"], "at least one seat"),
+        (["--capacity", "lots"], "is not a number of seats"),
+        (["--capacity", ""], "Give a number of seats"),
+        (["--cancel", first.code], "Say why with --reason"),
+        (["--cancel", "R-99999999", "--reason", "x"], "There is no registration R-99999999"),
+    ]:
+        with pytest.raises(CommandError, match=sentence):
+            call_command("seats", *args, stdout=out)
+    call_command("seats", "--cancel", first.code, "--reason", "phoned in", stdout=out)
+    assert f"{first.code} cancelled; its seat went to {second.code}." in out.getvalue()
+    assert out.getvalue().splitlines()[-1] == "Seats: capacity 1, 1 taken, 0 free  waiting: 0  cancelled: 1"
+    with pytest.raises(CommandError, match="already cancelled"):
+        call_command("seats", "--cancel", first.code, "--reason", "again", stdout=out)
