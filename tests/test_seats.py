@@ -413,3 +413,28 @@ def test_the_seats_command_sets_the_capacity_cancels_with_a_reason_and_refuses_b
     assert out.getvalue().splitlines()[-1] == "Seats: capacity 1, 1 taken, 0 free  waiting: 0  cancelled: 1"
     with pytest.raises(CommandError, match="already cancelled"):
         call_command("seats", "--cancel", first.code, "--reason", "again", stdout=out)
+
+
+def test_the_desk_shows_seats_taken_and_free_the_waiting_list_and_cancellations_with_a_chart(staff):
+    seats.set_capacity(capacity=2, actor=STAFF)
+    first, *_ = guests(4)
+    seats.cancel_registration(registration=first, actor=STAFF)
+    body = staff.get("/admin/tickets/registration/delivery-status/?fragment=1").content.decode()
+    shown = " ".join(body.split())
+    for words in (
+        "2</span> capacity",
+        "2</span> seats taken",
+        "0</span> free",
+        "1</span> waiting",
+        "1</span> cancelled",
+    ):
+        assert words in shown, words
+    assert "1 cancellations and 1 promotions, per 15 minutes." in shown
+
+
+def test_metrics_have_the_seat_gauges(staff):
+    seats.set_capacity(capacity=3, actor=STAFF)
+    guests(4)
+    text = staff.get("/metrics").content.decode()
+    assert "nightjar_seats_capacity 3.0" in text
+    assert "nightjar_registrations_confirmed 3.0" in text and "nightjar_registrations_waiting 1.0" in text

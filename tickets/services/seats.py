@@ -147,3 +147,24 @@ def seat_counts() -> SeatCounts:
         cancelled=Count("pk", filter=Q(seat=Seat.CANCELLED)),
     )
     return SeatCounts(capacity=capacity(), **counts)
+
+
+@dataclass
+class SeatActivity:
+    start: object  # the first bucket's start (a datetime)
+    cancelled: list[int]
+    promoted: list[int]
+
+
+def seat_activity(*, window, bucket_seconds: int) -> SeatActivity:
+    """Cancellations and promotions per bucket over the window (the desk's
+    chart): read from the registrations' own times, a few rows an evening."""
+    now = timezone.now()
+    start = now - window
+    count = int(window.total_seconds() // bucket_seconds)
+    cancelled, promoted = [0] * count, [0] * count
+    for field, values in (("cancelled", cancelled), ("promoted", promoted)):
+        for moment in Registration.objects.filter(**{f"{field}__gte": start}).values_list(field, flat=True):
+            index = min(count - 1, int((moment - start).total_seconds() // bucket_seconds))
+            values[index] += 1
+    return SeatActivity(start=start, cancelled=cancelled, promoted=promoted)
