@@ -438,3 +438,15 @@ def test_metrics_have_the_seat_gauges(staff):
     text = staff.get("/metrics").content.decode()
     assert "nightjar_seats_capacity 3.0" in text
     assert "nightjar_registrations_confirmed 3.0" in text and "nightjar_registrations_waiting 1.0" in text
+
+
+def test_scanning_a_cancelled_registrations_ticket_at_the_door_is_red_and_checks_nobody_in():
+    from door.models import CheckIn
+    from door.services import scan_ticket
+
+    (guest,) = guests(1)
+    drain()
+    seats.cancel_registration(registration=guest, actor=seats.GUEST_ACTOR)
+    answer = scan_ticket(code=guest.tickets.get().secret, scan_id="scan-1", actor="anna", door="front")
+    assert (answer.colour, answer.sentence) == ("red", "Cancelled")
+    assert not CheckIn.objects.exists()
