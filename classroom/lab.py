@@ -26,15 +26,20 @@ STEP_FILES = {
     2: START_FILE.parent / "step2_handler.py",
     3: START_FILE.parent / "step3_handler.py",
 }
-# What `lab start --step N` does not set up: the registrations the earlier
-# steps made. The guide's IDs assume them (R-0001 is Mina Patel, always there).
-STEP_DATA = {
-    1: "the step registers Normal guest (R-0002 after `lab reset`).",
-    2: "your registrations are not changed; the guide's IDs assume step 1's Normal guest (R-0002) exists, "
-    "so Retry guest is R-0003.",
-    3: "your registrations are not changed; the guide's IDs assume Normal guest (R-0002) and Retry guest "
-    "(R-0003) exist, so the two Same name guests are R-0004 and R-0005.",
-}
+# The guide names each part's next guest; `lab start --step N` leaves the data
+# alone, so it says what is there rather than what the guide assumes.
+
+
+def data_now() -> str:
+    """The registrations there are and the ID the next guest will get."""
+    from tickets.contract import format_code
+    from tickets.models import Registration
+
+    last = Registration.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    there = {0: "no registrations", 1: "Mina Patel (R-0001) only"}.get(last, f"R-0001 to {format_code(last)}")
+    return f"not changed: {there}; the next guest you register gets {format_code(last + 1)}."
+
+
 # The guests the lesson registers, in its order (docs/lab.md). `lab check`
 # grades outcomes, not names: every registration the learner made has exactly
 # one downloadable ticket, whatever the guests (detours included) are called.
@@ -134,7 +139,8 @@ def data_checks() -> list[Verdict]:
             codes(Registration.objects.filter(has_ticket, ~has_key)),
             "keys and tickets in pairs",
             "a ticket but no completion key for {codes} (an earlier version of your handler made them): a "
-            "redelivery would make a second ticket. `python manage.py repair {first} --apply` adds the key.",
+            "redelivery would make a second ticket. Make your handler safe first (step 3), then "
+            "`python manage.py repair {first} --apply` adds the key.",
         ),
     ]
     mina = Registration.objects.filter(pk=1, name=demo.DEMO_NAME).first()

@@ -54,7 +54,8 @@ class Pause:
             try:
                 if self.keepalive is not None:
                     self.keepalive(0)  # the worker reports itself first: on screen "Paused" means status lists it
-                self.say(f"Paused {name}.")
+                self.say(f"Paused {name}.")  # the lesson's line, as docs/lab.md shows it
+                self.say("Press Enter to go on, Ctrl+C to stop.")
                 self.wait_for_enter()
             finally:
                 self.waiting = False

@@ -72,6 +72,8 @@ def reconcile(
     confirming; what was published stays published, and each republish is in
     the intent's history (user.republished, one statement per pass)."""
     report = ReconcileReport(collected=collect_dead_letters(user))
+    # Published again by the collection just now: one publish per intent per pass.
+    collected = set(report.collected.requeued)
     cutoff = timezone.now() - timedelta(seconds=older_than)
     started = time.monotonic()
     after = None  # keyset cursor: the last intent published, oldest first
@@ -80,6 +82,8 @@ def reconcile(
         published = []
         try:
             for intent in intents:
+                if user.label(intent.pk) in collected:
+                    continue
                 user.publish(intent)
                 report.published.append(user.label(intent.pk))
                 published.append(intent)
@@ -118,12 +122,17 @@ def collect_dead_letters(user: Channel, *, limit: int = 1000) -> CollectReport:
 
 
 def _collect_one(user: Channel, delivery: transport.Delivery, report: CollectReport):
-    """Record one dead letter; return the intent to publish again, if any."""
+    """Record one dead letter; return the intent to publish again, if any.
+    A body it cannot use is recorded as rejected and acked: one bad body
+    never stops the pass (nor the publishes of the reconcile behind it)."""
     try:
         message = user.decode(delivery.body)
         key = user.intent_id(message)
         user.check_stored(message, user.stored([key]).get(key, (None,))[0])
-    except ContractError as error:
+    except Exception as error:
+        if not isinstance(error, ContractError):  # the channel's promise is a ContractError: say what broke it
+            logger.exception("A dead letter on %s could not be checked; recorded as rejected", user.queue)
+            error = ContractError(f"The body could not be checked ({type(error).__name__}: {error})"[:300])
         with transaction.atomic():
             recording.record_rejection(delivery=delivery, reason=str(error), user=user)
         report.rejected += 1

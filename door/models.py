@@ -56,6 +56,9 @@ class Scan(models.Model):
     offline = models.BooleanField(default=False)
     # An offline door let the guest in, but another scan had checked the ticket in first.
     conflict = models.BooleanField(default=False)
+    # The SHA-256 of what was scanned (never the code itself): the same scan id sent
+    # again with another code is refused, not answered with the first scan's verdict.
+    code_sha256 = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-received", "-id"]

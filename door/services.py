@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
+from delivery.codec import storable_text
 from door.models import MAX_PAYLOAD, CheckIn, Scan, TicketDigest, digest
 from tickets.models import Registration, Ticket
 from tickets.services.registrations import NightjarError
@@ -64,6 +66,13 @@ class Answer:
             "repeated": self.repeated,
             "conflict": self.conflict,
         }
+
+
+def door_user_key(user_pk) -> str:
+    """The name a door phone files its queue of offline scans under: one per
+    staff user (a phone shared by two doormen never sends one's scans as the
+    other's), opaque (not the user's id)."""
+    return salted_hmac("nightjar.door.queue", str(user_pk)).hexdigest()[:16]
 
 
 def clock(at: datetime) -> str:
@@ -205,6 +214,25 @@ def believed(scanned: datetime | None, now: datetime) -> datetime:
     return min(scanned, now)
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def judge_digest(sha256) -> Verdict:
+    """An offline door's scan, sent as the SHA-256 of the code it read (the
+    phone keeps no secret it does not need): the same verdicts as judge()."""
+    if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
+        return Verdict(Scan.RED, NOT_OURS, "The scan's digest is not a SHA-256.")
+    row = TicketDigest.objects.select_related("ticket").filter(sha256=sha256).first()
+    if row is None:
+        fill_digests()
+        row = TicketDigest.objects.select_related("ticket").filter(sha256=sha256).first()
+    if row is None:
+        return Verdict(Scan.RED, NOT_OURS, "The code matches no ticket: altered, or from another event.")
+    if row.ticket is None:
+        return replaced(row)
+    return judge_ticket(row.ticket)
+
+
 def scan_ticket(
     *,
     code,
@@ -215,19 +243,36 @@ def scan_ticket(
     offline: bool = False,
     admitted: bool = False,
     typed: bool = False,
+    code_sha256=None,
 ) -> Answer:
     """A scan at the door: the first scan of a valid ticket checks the guest
     in (the check-in and its scan in one transaction), every later one is
     amber with the original time and door, anything else red. A scan id seen
     before gets its first answer again and writes nothing. `admitted`: an
     offline door let the guest in before asking (a conflict if another scan
-    was first). `typed`: staff typed the code (a ticket or registration number)."""
+    was first); an offline scan the door did not admit (its list said red or
+    amber) is recorded but checks nobody in: what the phone showed stands.
+    `typed`: staff typed the code (a ticket or registration number).
+    `code_sha256`: an offline scan sent as its code's digest instead of the code."""
     scan_id = checked_scan_id(scan_id)
-    door = (door.strip() if isinstance(door, str) else "")[:40] or "door"
+    # Any text a phone sends is stored as every database stores it (a lone surrogate
+    # or a NUL would fail the INSERT: PostgreSQL refuses NUL, both refuse surrogates).
+    door = storable_text(door.strip() if isinstance(door, str) else "", max_bytes=160)[:40] or "door"
+    actor = storable_text(actor, max_bytes=600)[:150]
+    by_digest = code is None and code_sha256 is not None and not typed
+    fingerprint = code_fingerprint(code, typed=typed, sha256=code_sha256 if by_digest else None)
     previous = Scan.objects.select_related("ticket__registration").filter(scan_id=scan_id).first()
     if previous is not None:
-        return answer_of(previous, repeated=True)
-    verdict = judge(code, typed=typed)
+        return repeat_of(previous, fingerprint=fingerprint, actor=actor)
+    verdict = judge_digest(code_sha256) if by_digest else judge(code, typed=typed)
+    if offline and not admitted and verdict.ticket is not None:
+        # Turned away at the door by its offline list (stale, say): recorded, not checked in.
+        verdict = Verdict(
+            Scan.RED,
+            "Not admitted (offline)",
+            f"The door's offline list turned {verdict.ticket.number} away; it is not checked in.",
+            ticket=None,
+        )
     now = timezone.now()
     at = believed(scanned, now)
     try:
@@ -243,6 +288,7 @@ def scan_ticket(
                 detail=verdict.detail[:300],
                 ticket=verdict.ticket,
                 offline=offline,
+                code_sha256=fingerprint,
             )
             if verdict.ticket is not None:
                 check_in_or_amber(scan, verdict.ticket, admitted=admitted)
@@ -251,8 +297,32 @@ def scan_ticket(
         previous = Scan.objects.select_related("ticket__registration").filter(scan_id=scan_id).first()
         if previous is None:
             raise
-        return answer_of(previous, repeated=True)
+        return repeat_of(previous, fingerprint=fingerprint, actor=actor)
     return answer_of(scan)
+
+
+def code_fingerprint(code, *, typed: bool, sha256: str | None = None) -> str:
+    """What a scan id is bound to: the digest of the code's digest (the same
+    whether the phone sent the code online or, queued offline, its digest)
+    and whether it was typed."""
+    if sha256 is None:
+        text = code.strip() if isinstance(code, str) else repr(code)[:200]
+        sha256 = digest(text)
+    return digest(("typed:" if typed else "scanned:") + str(sha256)[:64])
+
+
+def repeat_of(previous: Scan, *, fingerprint: str, actor: str) -> Answer:
+    """A scan id answered before: the same scan sent again (a retry, a sync
+    repeated) gets its first answer, marked repeated; the id with another
+    code or from another staff user is refused (a phone reusing ids would
+    otherwise be told the first scan's verdict for another ticket)."""
+    if previous.by != actor or (previous.code_sha256 and previous.code_sha256 != fingerprint):
+        raise DoorError(
+            f"Scan id {previous.scan_id} was already used for another scan"
+            f"{'' if previous.by == actor else ' by another staff user'}: nothing was checked in. "
+            "Scan the ticket again (each scan needs an id of its own)."
+        )
+    return answer_of(previous, repeated=True)
 
 
 def check_in_or_amber(scan: Scan, ticket: Ticket, *, admitted: bool) -> None:
@@ -333,7 +403,25 @@ def valid_digests() -> dict:
         if registration_id in duplicated:
             continue
         (inside if ticket_id in checked_in else valid).append(sha256)
-    return {"valid": valid, "checked_in": inside}
+    numbers = offline_numbers(duplicated, checked_in)
+    return {"valid": valid, "checked_in": inside, "numbers": numbers}
+
+
+def offline_numbers(duplicated: set, checked_in: set) -> dict[str, str]:
+    """What a typed number names, for a door offline: {"T-0004": "valid" |
+    "checked_in", "R-0004": ...} — only tickets it may admit or has seen in,
+    as the server judges a typed number (a registration by its first ticket;
+    none for a registration with duplicate tickets). Numbers are no secret."""
+    numbers, first = {}, {}
+    for pk, registration_id in Ticket.objects.order_by("issued", "id").values_list("pk", "registration_id"):
+        first.setdefault(registration_id, pk)
+        if registration_id in duplicated:
+            continue
+        numbers[f"T-{pk:04d}"] = "checked_in" if pk in checked_in else "valid"
+    for registration_id, pk in first.items():
+        if registration_id not in duplicated:
+            numbers[f"R-{registration_id:04d}"] = "checked_in" if pk in checked_in else "valid"
+    return numbers
 
 
 @dataclass

@@ -2,38 +2,70 @@
 scan endpoints need `door.check_in`; arrivals need `door.view_checkin`; an
 undo needs `door.change_checkin` and a reason. Each view calls one service."""
 
-import json
+import functools
+import logging
 from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpResponse, JsonResponse
+from django.core.exceptions import RequestDataTooBig
+from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 
+from delivery.codec import ContractError, load_json
 from door import conf, services
-from nightjar.ratelimit import over_limit
+from nightjar.ratelimit import count
+
+logger = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024  # one scan is ~200 bytes; a sync of MAX_SYNC scans fits
 MAX_SYNC = 200
 
 
 def refused(request, permission: str):
-    """Who may not: anonymous users sign in first; staff without the permission hear why."""
+    """Who may not: anonymous users sign in first; staff without the permission
+    get a page that says why and leads somewhere they may go."""
     if not request.user.is_authenticated or not request.user.is_staff:
         return redirect_to_login(request.get_full_path(), "admin:login")
     if request.user.has_perm(permission):
         return None
-    return HttpResponse(
-        "The door needs the permission “Can check guests in at the door” (door.check_in); "
-        "staff who may view check-ins see the arrivals at /door/arrivals/.\n"
-        if permission == "door.check_in"
-        else f"This page needs the permission {permission}.\n",
+    return refusal_page(request, permission)
+
+
+def refusal_page(request, permission: str, sentence: str = ""):
+    return render(
+        request,
+        "door/refused.html",
+        {
+            "sentence": sentence
+            or (
+                "The door needs the permission “Can check guests in at the door” (door.check_in)."
+                if permission == "door.check_in"
+                else f"This page needs the permission {permission}."
+            ),
+            "may_check_in": request.user.has_perm("door.check_in"),
+            "may_view": request.user.has_perm("door.view_checkin"),
+        },
         status=403,
-        content_type="text/plain; charset=utf-8",
     )
+
+
+def json_post(view):
+    """A door endpoint: POST only, answered in JSON with a sentence for a
+    wrong method too (never Django's empty 405)."""
+
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if request.method != "POST":
+            response = JsonResponse({"error": f"Send a POST (JSON), not a {request.method[:10]}."}, status=405)
+            response["Allow"] = "POST"
+            return response
+        return view(request, *args, **kwargs)
+
+    return wrapped
 
 
 def json_refused(request, permission: str):
@@ -44,9 +76,15 @@ def json_refused(request, permission: str):
     return None
 
 
-def over_rate_limit(request) -> bool:
-    """One staff user's scans this minute, past NIGHTJAR_DOOR_SCANS_PER_MINUTE."""
-    return over_limit(f"nightjar:door:{request.user.pk}", conf.scans_per_minute())
+def scans_allowed(request, scans: int) -> int:
+    """How many of these scans one staff user may still send this minute
+    (NIGHTJAR_DOOR_SCANS_PER_MINUTE, each scan counted, shared by every web
+    process: nightjar/ratelimit.py)."""
+    limit = conf.scans_per_minute()
+    if not limit:
+        return scans
+    total = count(f"nightjar:door:{request.user.pk}", scans)
+    return max(0, min(scans, limit - (total - scans)))
 
 
 def actor(request) -> str:
@@ -72,17 +110,33 @@ def one_scan(request, body: dict) -> services.Answer:
         offline=body.get("offline") is True,
         admitted=body.get("admitted") is True,
         typed=body.get("typed") is True,
+        code_sha256=body.get("code_sha256"),
     )
 
 
-def read_json(request):
-    if len(request.body) > MAX_BODY:
-        return None
+class BadBody(Exception):
+    """The request's body is no JSON object the door can read; str() says why."""
+
+
+def read_json(request) -> dict:
+    """The body as a JSON object, read as the engine reads a message
+    (delivery.codec: strict, total — deep nesting is a refusal, not a 500)."""
     try:
-        body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return body if isinstance(body, dict) else None
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    try:
+        if length > MAX_BODY or len(request.body) > MAX_BODY:
+            raise BadBody(f"The body is over {MAX_BODY // 1024} KB: send at most {MAX_SYNC} scans at a time.")
+    except RequestDataTooBig:
+        raise BadBody(f"The body is over {MAX_BODY // 1024} KB: send at most {MAX_SYNC} scans at a time.") from None
+    try:
+        body = load_json(request.body)
+    except ContractError as error:
+        raise BadBody(str(error)) from None
+    if not isinstance(body, dict):
+        raise BadBody("Send one JSON object.")
+    return body
 
 
 def too_many() -> JsonResponse:
@@ -96,46 +150,77 @@ def too_many() -> JsonResponse:
 def door_page(request):
     if answer := refused(request, "door.check_in"):
         return answer
-    return render(request, "door/door.html", {"door_name": request.GET.get("door", "")[:40]})
+    return render(
+        request,
+        "door/door.html",
+        {
+            "door_name": request.GET.get("door", "")[:40],
+            "may_view_arrivals": request.user.has_perm("door.view_checkin"),
+            "max_sync": MAX_SYNC,
+            "user_key": services.door_user_key(request.user.pk),
+        },
+    )
 
 
-@require_POST
+@json_post
 @never_cache
 def scan_json(request):
     """One scan: {"scan_id", "code", "door", optional "scanned_at", "offline", "admitted", "typed"}."""
     if answer := json_refused(request, "door.check_in"):
         return answer
-    if over_rate_limit(request):
+    if not scans_allowed(request, 1):
         return too_many()
-    body = read_json(request)
-    if body is None:
-        return JsonResponse({"error": "Send one JSON object: scan_id, code, door."}, status=400)
+    try:
+        body = read_json(request)
+    except BadBody as error:
+        return JsonResponse({"error": f"{error} Send one JSON object: scan_id, code, door."}, status=400)
     try:
         return JsonResponse(one_scan(request, body).as_json())
     except services.DoorError as error:
         return JsonResponse({"error": str(error)}, status=400)
 
 
-@require_POST
+@json_post
 @never_cache
 def sync_json(request):
-    """Scans a door made offline: {"scans": [scan, ...]}, answered in order.
-    Sending the same list again changes nothing (each scan has its id)."""
+    """Scans a door made offline: {"scans": [scan, ...]}, answered in order,
+    each on its own: a scan that cannot be checked gets its own error (and
+    "retry": true when sending it again may help), never the batch's. Sending
+    the same list again changes nothing (each scan has its id)."""
     if answer := json_refused(request, "door.check_in"):
         return answer
-    if over_rate_limit(request):
+    try:
+        body = read_json(request)
+    except BadBody as error:
+        return JsonResponse({"error": f"{error} Send {{'scans': [...]}}.", "max_scans": MAX_SYNC}, status=400)
+    scans = body.get("scans")
+    if not isinstance(scans, list) or len(scans) > MAX_SYNC:
+        return JsonResponse(
+            {"error": f"Send {{'scans': [...]}} with at most {MAX_SYNC} scans.", "max_scans": MAX_SYNC}, status=400
+        )
+    allowed = scans_allowed(request, len(scans))
+    if scans and not allowed:
         return too_many()
-    body = read_json(request)
-    scans = body.get("scans") if body else None
-    if not isinstance(scans, list) or len(scans) > MAX_SYNC or not all(isinstance(s, dict) for s in scans):
-        return JsonResponse({"error": f"Send {{'scans': [...]}} with at most {MAX_SYNC} scans."}, status=400)
     answers = []
-    for scan in scans:
+    for number, scan in enumerate(scans):
+        scan_id = scan.get("scan_id") if isinstance(scan, dict) else None
+        scan_id = scan_id if isinstance(scan_id, str) and len(scan_id) <= 64 else None
+        if number >= allowed:
+            answers.append(
+                {"scan_id": scan_id, "error": "Too many scans this minute: sent again later.", "retry": True}
+            )
+            continue
+        if not isinstance(scan, dict):
+            answers.append({"scan_id": None, "error": "A scan is a JSON object: scan_id, code, door."})
+            continue
         try:
             answers.append(one_scan(request, scan).as_json())
         except services.DoorError as error:
-            answers.append({"scan_id": scan.get("scan_id"), "error": str(error)})
-    return JsonResponse({"answers": answers})
+            answers.append({"scan_id": scan_id, "error": str(error)})
+        except Exception:  # one scan's failure (the database, say) is that scan's answer
+            logger.exception("A door scan in a sync could not be recorded")
+            answers.append({"scan_id": scan_id, "error": "This scan could not be recorded now.", "retry": True})
+    return JsonResponse({"answers": answers, "max_scans": MAX_SYNC})
 
 
 @require_GET
@@ -154,7 +239,7 @@ def arrivals_page(request):
         return answer
     if request.method == "POST":
         if not request.user.has_perm("door.change_checkin"):
-            return HttpResponse("Undoing a check-in needs door.change_checkin.\n", status=403)
+            return refusal_page(request, "door.change_checkin", "Undoing a check-in needs door.change_checkin.")
         try:
             check_in = services.undo_check_in(
                 ticket=request.POST.get("ticket", ""), actor=actor(request), reason=request.POST.get("reason", "")

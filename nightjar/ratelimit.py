@@ -1,18 +1,44 @@
-"""A fixed one-minute window per key, counted in the cache: the guest form's
-limit per client address and the door's per staff user. Per process unless
-CACHES points at a shared cache."""
+"""A fixed one-minute window per key, counted in the database with one
+upsert, so every web process on every machine shares the count (a
+per-process cache let 3 gunicorn processes take 357 of 500 scans against a
+limit of 120): the guest form's limit per client address and the door's
+per staff user, where each scan counts (a sync of N scans costs N)."""
 
-from django.core.cache import cache
+import random
+import time
+
+from django.db import connections, transaction
+
+from nightjar.models import RateCount
+
+_TABLE = RateCount._meta.db_table
 
 
-def over_limit(key: str, limit: int) -> bool:
-    """Count one more request for key; True once the minute's count passes
-    limit (0: no limit)."""
+def over_limit(key: str, limit: int, *, cost: int = 1) -> bool:
+    """Count `cost` more for key this minute; True once the minute's count
+    passes limit (0: no limit)."""
     if not limit:
         return False
-    cache.add(key, 0, timeout=60)
-    try:
-        return cache.incr(key) > limit
-    except ValueError:  # expired between add and incr
-        cache.set(key, 1, timeout=60)
-        return False
+    return count(key, cost) > limit
+
+
+def count(key: str, cost: int = 1) -> int:
+    """Add cost to key's count of this minute and return the new count: one
+    statement, atomic under concurrency on SQLite (3.35+) and PostgreSQL."""
+    minute = int(time.time() // 60)
+    alias = RateCount.objects.db
+    connection = connections[alias]
+    table, key_, minute_, count_ = (connection.ops.quote_name(name) for name in (_TABLE, "key", "minute", "count"))
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL synchronous_commit = off")  # a lost count after a crash harms nobody
+        cursor.execute(
+            f"INSERT INTO {table} ({key_}, {minute_}, {count_}) VALUES (%s, %s, %s) "
+            f"ON CONFLICT ({key_}, {minute_}) DO UPDATE SET {count_} = {table}.{count_} + excluded.{count_} "
+            f"RETURNING {count_}",
+            [key[:200], minute, cost],
+        )
+        (total,) = cursor.fetchone()
+        if random.random() < 0.01:  # now and then, forget the minutes that are over
+            cursor.execute(f"DELETE FROM {table} WHERE {minute_} < %s", [minute - 1])
+    return total

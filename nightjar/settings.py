@@ -71,6 +71,7 @@ SECURE_SSL_REDIRECT = envbool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz(/live|/ready)?$"]  # probes speak plain HTTP inside the network
 SESSION_COOKIE_SECURE = envbool("DJANGO_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+CSRF_FAILURE_VIEW = "nightjar.csrf.csrf_failure"  # JSON for the door's endpoints, Django's page elsewhere
 SECURE_HSTS_SECONDS = envint("DJANGO_HSTS_SECONDS", 0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = envbool("DJANGO_HSTS_PRELOAD", not DEBUG)
@@ -123,6 +124,7 @@ INSTALLED_APPS = [
     "door",
     "desk",
     "classroom",
+    "nightjar",  # the site's own tables: the shared rate limit's counts, the staff sessions sign-out ends
     "nightjar_tasks",  # Nightjar as Django's Tasks backend, on the delivery engine
 ]
 if django.VERSION < (6, 0):
@@ -138,12 +140,14 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "nightjar.staffsessions.StaffSessionMiddleware",  # signed out on the server too (nightjar/staffsessions.py)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 # Sessions live in a signed cookie: "Your registrations" needs no database
 # write per registration (the session holds only registration numbers).
+# A staff sign-in is also a row that sign-out deletes (nightjar/staffsessions.py).
 SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
 
 ROOT_URLCONF = "nightjar.urls"
@@ -256,9 +260,9 @@ LOGGING = {
 }
 
 # Registration POSTs allowed per client address per minute (0 = no limit).
-# Counted in the cache, so per process unless CACHES points at a shared one.
+# Counted in the database (nightjar/ratelimit.py): shared by every process and machine.
 NIGHTJAR_REGISTRATIONS_PER_MINUTE = envint("NIGHTJAR_REGISTRATIONS_PER_MINUTE", 30)
-# Scans one staff user may send the door a minute (0: no limit).
+# Scans one staff user may send the door a minute, each scan of a sync counted (0: no limit).
 NIGHTJAR_DOOR_SCANS_PER_MINUTE = envint("NIGHTJAR_DOOR_SCANS_PER_MINUTE", 120)
 
 # The operations desk. A running worker rewrites its row this often (0: it

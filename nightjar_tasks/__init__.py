@@ -4,7 +4,8 @@
 
 `retry` (below) sets a task's own retry limit, backoff, and whether its body
 shares the transaction that records its result (the default: exactly one
-database effect per task)."""
+database effect per task); `enqueue_once` (below) makes the enqueue side
+exactly once too."""
 
 
 def retry(*, max_attempts: int | None = None, backoff: float | None = None, atomic: bool = True):
@@ -24,3 +25,18 @@ def retry(*, max_attempts: int | None = None, backoff: float | None = None, atom
         return function
 
     return mark
+
+
+def enqueue_once(task, key: str, /, *args, **kwargs):
+    """task.enqueue(*args, **kwargs), once per key: the same key again returns
+    the TaskResult of the task it was first given to (same task, arguments
+    and queue), or raises nightjar_tasks.backend.EnqueueKeyConflict (other
+    work); a key is 1-200 characters. Stored with the task's row, in the
+    caller's transaction: rolled back, the key is free again.
+
+        enqueue_once(close_invoice, f"close-invoice-{invoice.pk}", invoice.pk)
+    """
+    backend = task.get_backend()
+    if not hasattr(backend, "_enqueue_once"):
+        raise TypeError(f"enqueue_once needs Nightjar's backend; {task.backend!r} is {type(backend).__name__}.")
+    return backend.enqueue(task, args, kwargs, key=key)

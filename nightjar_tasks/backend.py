@@ -7,10 +7,13 @@ after the commit (rolled back: never published, never run); get_result()
 reads the row, from any process. The worker (`worker --channel tasks`) runs
 it: nightjar_tasks/runner.py."""
 
-from django.db import transaction
+import json
+
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from delivery.codec import ContractError, storable_text
 from nightjar_tasks import checks, conf, publishing
 from nightjar_tasks.compat import (
     BaseTaskBackend,
@@ -22,6 +25,34 @@ from nightjar_tasks.compat import (
     task_enqueued,
 )
 from nightjar_tasks.models import TaskRecord
+
+
+class EnqueueKeyConflict(ValueError):
+    """enqueue_once() with a key already given to other work (another task or other arguments)."""
+
+
+def stored_arguments(args, kwargs) -> tuple[list, dict]:
+    """The arguments as the row stores them: JSON values only, refused before
+    any SQL (NaN and infinity too, which a JSON column refuses with an
+    IntegrityError that would break the caller's transaction)."""
+    args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+    try:
+        json.dumps([args, kwargs], allow_nan=False)
+    except ValueError:
+        raise ValueError("A task's arguments must be JSON: NaN and infinity are not.") from None
+    return args, kwargs
+
+
+def checked_key(key) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"An enqueue key is a string, not {type(key).__name__}.")
+    try:
+        stored = storable_text(key, max_bytes=800)
+    except ContractError as error:
+        raise ValueError(f"An enqueue key must be storable text: {error}") from None
+    if not stored or stored != key or len(key) > 200:
+        raise ValueError("An enqueue key is 1 to 200 characters of plain text.")
+    return key
 
 
 def retry_options(task, alias: str) -> dict:
@@ -70,15 +101,48 @@ class NightjarBackend(BaseTaskBackend):
     supports_async_task = False
     supports_priority = False
 
-    def enqueue(self, task, args, kwargs) -> TaskResult:
+    def enqueue(self, task, args, kwargs, *, key: str | None = None) -> TaskResult:
         self.validate_task(task)
         options = retry_options(task, self.alias)
+        args, kwargs = stored_arguments(args, kwargs)
+        if key is not None:
+            return self._enqueue_once(task, args, kwargs, checked_key(key), options)
+        return self._enqueue(task, args, kwargs, None, options)
+
+    def _enqueue_once(self, task, args, kwargs, key: str, options) -> TaskResult:
+        """The same key again: the task it was first given to, if it is the
+        same work (path, arguments, queue), else EnqueueKeyConflict. The
+        unique index decides between concurrent callers: the second insert
+        waits for the first transaction (PostgreSQL's index; SQLite's single
+        writer), then fails in a savepoint of its own and reads the winner."""
+        try:
+            with transaction.atomic():
+                return self._enqueue(task, args, kwargs, key, options)
+        except IntegrityError:
+            existing = TaskRecord.objects.filter(enqueue_key=key).first()
+            if existing is None:
+                raise
+        same = (existing.task_path, existing.args, existing.kwargs, existing.queue_name, existing.backend) == (
+            task.module_path,
+            args,
+            kwargs,
+            task.queue_name,
+            self.alias,
+        )
+        if not same:
+            raise EnqueueKeyConflict(
+                f"The enqueue key {key!r} was given to task {existing.pk} ({existing.task_path} with other arguments)."
+            )
+        return to_result(existing, task)
+
+    def _enqueue(self, task, args, kwargs, key: str | None, options) -> TaskResult:
         now = timezone.now()
         due = task.run_after is None or task.run_after <= now
         record = TaskRecord.objects.create(
+            enqueue_key=key,
             task_path=task.module_path,
-            args=normalize_json(list(args)),
-            kwargs=normalize_json(dict(kwargs)),
+            args=args,
+            kwargs=kwargs,
             queue_name=task.queue_name,
             backend=self.alias,
             priority=task.priority,
@@ -98,7 +162,7 @@ class NightjarBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult:
         try:
             record = TaskRecord.objects.get(pk=int(result_id))
-        except (ValueError, TypeError, TaskRecord.DoesNotExist):
+        except (ValueError, TypeError, OverflowError, TaskRecord.DoesNotExist):
             raise TaskResultDoesNotExist(result_id) from None
         return to_result(record)
 

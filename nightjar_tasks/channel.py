@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from delivery import channel, transport
+from delivery.codec import ContractError
 from nightjar_tasks import conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
@@ -17,6 +18,7 @@ from nightjar_tasks.models import (
     TaskRecord,
     TaskRedelivery,
     TaskRejectedMessage,
+    TaskStaffAction,
     TaskWorkerReport,
 )
 
@@ -69,6 +71,12 @@ class TasksChannel(channel.Channel):
     @staticmethod
     def check_stored(message, stored) -> None:
         messages.check_stored(message, stored.path if stored is not None else None)
+        if stored.run_after is not None and stored.run_after > timezone.now():
+            # Deferred, or waiting out its retry's backoff: reconcile publishes it when due.
+            raise ContractError(
+                f"Task {message.task_id} is not due until {stored.run_after:%Y-%m-%d %H:%M:%S %Z}: "
+                "a message came before its time, and it runs when due."
+            )
 
     @staticmethod
     def made_since(intent_id, since) -> bool:
@@ -140,8 +148,9 @@ class TasksChannel(channel.Channel):
             raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
 
     def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
-        """No trace table of its own (the parked record keeps who and when);
-        a requeue gives the task back to the workers with a fresh retry budget."""
+        """The trace (TaskStaffAction); a requeue gives the task back to the
+        workers with a fresh retry budget."""
+        TaskStaffAction.objects.create(actor=actor[:150], action=action[:40], task=intent, detail=detail[:500])
         if action == "requeue":
             TaskRecord.objects.filter(pk=intent.pk).update(
                 status=TaskResultStatus.READY,

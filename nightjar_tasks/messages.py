@@ -8,7 +8,11 @@ from typing import NamedTuple
 from delivery.codec import ContractError, check_size, load_json
 
 MAX_BODY_BYTES = 1024
-_HINT = re.compile(rb'"task":\s*(\d{1,18})\b')
+# The largest task id a body may name: 18 digits, inside a 64-bit integer column
+# on every database. The decoder refuses more, and the hint reads no more, so a
+# huge number is a rejected body, never a query the database cannot run.
+MAX_TASK_ID = 10**18 - 1
+_HINT = re.compile(rb'"task":\s*(\d{1,%d})\b' % len(str(MAX_TASK_ID)))
 
 
 class TaskMessage(NamedTuple):
@@ -27,8 +31,8 @@ def decode(body: bytes) -> TaskMessage:
     if not isinstance(data, dict) or set(data) != {"path", "task"}:
         raise ContractError('A task message is a JSON object with exactly "path" and "task".')
     task_id, path = data["task"], data["path"]
-    if type(task_id) is not int or task_id < 1:
-        raise ContractError('"task" must be a positive integer.')
+    if type(task_id) is not int or not 1 <= task_id <= MAX_TASK_ID:
+        raise ContractError(f'"task" must be a positive integer of at most {len(str(MAX_TASK_ID))} digits.')
     if not isinstance(path, str) or not path or len(path) > 300:
         raise ContractError('"path" must be a task path of at most 300 characters.')
     return TaskMessage(task_id, path)

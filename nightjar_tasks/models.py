@@ -2,11 +2,21 @@
 its completion key, and the engine's records (delivery/records.py) for the
 tasks channel, each in its own table with a foreign key to the task."""
 
+import secrets
+
 from django.db import models
 from django.utils import timezone
 
 from delivery import records
 from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.messages import MAX_TASK_ID
+
+
+def new_task_id() -> int:
+    """A task's id, which is its TaskResult's id: random (~60 bits), so never
+    given again to another task (a rolled-back enqueue's id included) and not
+    guessed from another's; at most 18 digits, as a task message may name."""
+    return secrets.randbelow(MAX_TASK_ID) + 1
 
 
 class TaskRecordQuerySet(models.QuerySet):
@@ -21,6 +31,7 @@ class TaskRecord(models.Model):
 
     STATUSES = [(status.value, status.label) for status in TaskResultStatus]
 
+    id = models.BigIntegerField(primary_key=True, default=new_task_id, editable=False)
     task_path = models.CharField(max_length=300)
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
@@ -48,12 +59,19 @@ class TaskRecord(models.Model):
     requeued_at_attempt = models.PositiveIntegerField(default=0)
     # False: the body ran outside the transaction that recorded it (at-least-once).
     atomic = models.BooleanField(default=True)
+    # enqueue_once()'s key: unique, so the same work enqueued twice is one task (NULLs never clash).
+    enqueue_key = models.CharField(max_length=200, null=True, blank=True, unique=True, editable=False)
 
     objects = TaskRecordQuerySet.as_manager()
 
     class Meta:
         ordering = ["-enqueued_at", "-id"]
         indexes = [models.Index(fields=["status", "published_at"], name="nightjar_task_due")]
+        # The admin's two actions on a parked task, each a permission of its own (view: Django's view_taskrecord).
+        permissions = [
+            ("requeue_taskrecord", "Can requeue a parked task"),
+            ("discard_taskrecord", "Can discard a parked task"),
+        ]
 
     def __str__(self) -> str:
         return f"task {self.pk} {self.task_path} {self.status}"
@@ -96,3 +114,20 @@ class TaskRedelivery(records.AbstractRedelivery):
 
 class TaskWorkerReport(records.AbstractWorkerReport):
     """What a worker serving the tasks channel says about itself."""
+
+
+class TaskStaffAction(models.Model):
+    """Who requeued or discarded which task, and when: written in the same
+    transaction as the change, whether staff used the admin or `parked`."""
+
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=40)
+    task = _task_key("staff_actions")
+    detail = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} task {self.task_id} at {self.at:%Y-%m-%d %H:%M:%S}"

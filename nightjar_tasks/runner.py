@@ -66,7 +66,9 @@ def _worker_id(pid: int) -> str:
 # fields themselves (JSON, datetimes), so nothing differs in what is stored.
 _FIELDS = [field for field in TaskRecord._meta.concrete_fields]  # the id first (_rows keys by row[0])
 _ATTNAMES = [field.attname for field in _FIELDS]
-_PATH, _ENQUEUED = (_FIELDS.index(TaskRecord._meta.get_field(name)) for name in ("task_path", "enqueued_at"))
+_PATH, _ENQUEUED, _RUN_AFTER = (
+    _FIELDS.index(TaskRecord._meta.get_field(name)) for name in ("task_path", "enqueued_at", "run_after")
+)
 _DONE_FIELDS = ["status", "started_at", "last_attempted_at", "finished_at", "return_value", "worker_ids"]
 
 
@@ -178,11 +180,13 @@ def _read(pk: int, connection=None) -> TaskRecord:
 
 class Screened(NamedTuple):
     """A task's row as the worker's screen read it (TasksChannel.stored):
-    its path, which check_stored compares with the message's, and the whole
-    row as the database returned it, from which a batch builds its record."""
+    its path, which check_stored compares with the message's, when it is
+    due (None: now), and the whole row as the database returned it, from
+    which a batch builds its record."""
 
     path: str
     row: tuple
+    run_after: object = None
 
 
 def _rows(pks) -> dict[int, tuple]:
@@ -204,9 +208,16 @@ def screened(pks) -> dict[int, tuple[Screened, float]]:
     the epoch)} of the stored tasks among pks."""
     connection = connections[TaskRecord.objects.db]
     _, columns, _, _ = _statements(connection.vendor)
-    enqueued = columns[_ENQUEUED]
+    enqueued, run_after = columns[_ENQUEUED], columns[_RUN_AFTER]
     return {
-        pk: (Screened(row[_PATH], row), _converted_value(connection, row[_ENQUEUED], *enqueued).timestamp())
+        pk: (
+            Screened(
+                row[_PATH],
+                row,
+                None if row[_RUN_AFTER] is None else _converted_value(connection, row[_RUN_AFTER], *run_after),
+            ),
+            _converted_value(connection, row[_ENQUEUED], *enqueued).timestamp(),
+        )
         for pk, row in _rows(pks).items()
     }
 
@@ -340,8 +351,13 @@ def handle(message, ack, pause=None):
                 with transaction.atomic(using=db.alias):
                     done = _insert_key(record.pk, db) and _mark_done(db, record, value, started)
     except Exception as error:
+        if isinstance(error, CodeGone):  # no retry can import it: FAILED at once, with the ImportError
+            _record_failure(record, error.__cause__, started, me, final=True)
+            checkpoint(pause, "after-commit")
+            ack()
+            return
         if task is None:
-            raise  # not the task's failure (its row could not be read or claimed, or its path not imported)
+            raise  # not the task's failure (its row could not be read or claimed)
         failed = _record_failure(record, error, started, me)
         checkpoint(pause, "after-commit")
         ack()
@@ -354,10 +370,21 @@ def handle(message, ack, pause=None):
         task_finished.send_robust(SENDER, task_result=_finished(result, record))
 
 
+class CodeGone(Exception):
+    """A stored task's path no longer imports (removed or renamed by a deploy); its __cause__ says why."""
+
+
+def _imported(path: str):
+    try:
+        return import_string(path)
+    except ImportError as error:
+        raise CodeGone(path) from error
+
+
 def _running(record: TaskRecord, started, me: str):
     """The task object and the TaskResult of the row as running now (the
     row itself is written only by the done-mark or the failure)."""
-    task = import_string(record.task_path)
+    task = _imported(record.task_path)
     record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
     record.started_at = record.started_at or started
     record.worker_ids = [*record.worker_ids, me]
@@ -394,11 +421,11 @@ def _done_values(connection, record: TaskRecord) -> list:
     return values
 
 
-def _record_failure(record: TaskRecord, error: BaseException, started, me: str) -> TaskRecord:
+def _record_failure(record: TaskRecord, error: BaseException, started, me: str, *, final: bool = False) -> TaskRecord:
     """After the rollback: note the attempt; retry after the backoff, or at
-    the limit FAILED and parked (one transaction). Returns the row as stored."""
-    task = import_string(record.task_path)
-    options = backends.retry_options(task, record.backend)
+    the limit (or when final: its code is gone) FAILED and parked (one
+    transaction). Returns the row as stored."""
+    options = {"max_attempts": 1} if final else backends.retry_options(import_string(record.task_path), record.backend)
     entry = {"exception_class_path": get_module_path(type(error)), "traceback": get_exception_traceback(error)}
     now = timezone.now()
     with transaction.atomic():
@@ -552,8 +579,13 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             if pk not in owned:
                 continue
             path = record.task_path
-            task = tasks.get(path) or tasks.setdefault(path, import_string(path))
             started = timezone.now()
+            try:
+                task = tasks.get(path) or tasks.setdefault(path, _imported(path))
+            except CodeGone as gone:
+                _delete_key(pk)
+                _record_failure(record, gone.__cause__, started, me, final=True)
+                continue
             record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
             record.started_at = record.started_at or started
             record.worker_ids = [*record.worker_ids, me]

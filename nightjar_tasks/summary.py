@@ -3,8 +3,10 @@ queries over the task rows, per task path (the public read service of this
 app; nothing here changes a row)."""
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.utils import timezone
 
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskParked, TaskRecord
@@ -14,7 +16,10 @@ from nightjar_tasks.models import TaskParked, TaskRecord
 class TaskPath:
     """One task path's totals. enqueued = done + failed + waiting; parked
     counts the failed ones waiting for staff (requeue or discard); latency is enqueue → finish of the
-    done ones (seconds, summed, for an average or a Prometheus summary)."""
+    done ones (seconds, summed, for an average or a Prometheus summary). Of
+    the waiting ones, `scheduled` wait for their time (run_after: deferred,
+    or a retry's backoff) and `lost` are due and READY past the grace period
+    without a publish since (a lost publish: reconcile publishes them)."""
 
     task_path: str
     enqueued: int
@@ -23,15 +28,31 @@ class TaskPath:
     waiting: int
     parked: int
     latency_seconds: float
+    scheduled: int = 0
+    lost: int = 0
 
     @property
     def average_latency(self) -> float | None:
         return self.latency_seconds / self.done if self.done else None
 
 
-def by_task_path() -> list[TaskPath]:
+GRACE_SECONDS = 60  # reconcile's default grace period (`reconcile --older-than`)
+
+
+def by_task_path(*, grace_seconds: float = GRACE_SECONDS) -> list[TaskPath]:
     """Every task path with at least one task row, by path."""
     done = Q(status=TaskResultStatus.SUCCESSFUL)
+    now = timezone.now()
+    ready = Q(status=TaskResultStatus.READY)
+    scheduled = ready & Q(run_after__gt=now)
+    due = ready & (Q(run_after__isnull=True) | Q(run_after__lte=now))
+    # Due but not handed to the broker since the grace period (a retry's backoff
+    # over, never published since, counts from its due time).
+    lost = due & (
+        Q(published_at__lte=now - timedelta(seconds=grace_seconds))
+        | Q(published_at__isnull=True, run_after__isnull=True, enqueued_at__lte=now - timedelta(seconds=grace_seconds))
+        | Q(published_at__isnull=True, run_after__lte=now - timedelta(seconds=grace_seconds))
+    )
     rows = (
         TaskRecord.objects.order_by()
         .values("task_path")
@@ -39,6 +60,8 @@ def by_task_path() -> list[TaskPath]:
             enqueued=Count("pk"),
             done=Count("pk", filter=done),
             failed=Count("pk", filter=Q(status=TaskResultStatus.FAILED)),
+            scheduled=Count("pk", filter=scheduled),
+            lost=Count("pk", filter=lost),
             latency=Sum(
                 ExpressionWrapper(F("finished_at") - F("enqueued_at"), output_field=DurationField()), filter=done
             ),
@@ -61,6 +84,8 @@ def by_task_path() -> list[TaskPath]:
             waiting=row["enqueued"] - row["done"] - row["failed"],
             parked=parked.get(row["task_path"], 0),
             latency_seconds=row["latency"].total_seconds() if row["latency"] else 0.0,
+            scheduled=row["scheduled"],
+            lost=row["lost"],
         )
         for row in rows
     ]

@@ -25,6 +25,10 @@ walks the guide from top to bottom and does every step of `part`:
   until N seconds have passed since the last `kill -9`;
 - `<!-- guide: paste lab/handler.py -->`: the next ```python block is written to
   lab/handler.py (the learner pasting the step's whole file);
+- `<!-- guide: after part rabbitmq -->` (in the Redis part, which the runner
+  walks in a copy of its own): the learner arrives with the RabbitMQ part's
+  data, as one who followed the guide in order does: every guest that part
+  registers, with one ticket and its key, and a stopped worker's report;
 - `<!-- browser: register "NAME" R-000N -->`, `<!-- browser: ticket R-000N -->`,
   `<!-- browser: no ticket R-000N -->`: done in Chromium via Playwright on the
   running site: register NAME and see R-000N with "Your ticket is being
@@ -293,7 +297,9 @@ def _substitute_ports(command: str, ports: dict[str, int]) -> str:
     return command
 
 
-GUIDE_MARKERS = re.compile(r"stop the site|wait \d+(\.\d+)?( after kill)?|kill -9|paste lab/handler\.py")
+GUIDE_MARKERS = re.compile(
+    r"stop the site|wait \d+(\.\d+)?( after kill)?|kill -9|paste lab/handler\.py|after part rabbitmq"
+)
 BROWSER_MARKERS = re.compile(r'register "[^"]+" R-\d+|(no )?ticket R-\d+')
 
 
@@ -359,6 +365,9 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
                         wait = terminal.last_kill + wait - time.monotonic()
                 elif step.text in ("kill -9", "paste lab/handler.py"):
                     pending.add(step.text)
+                elif step.text == "after part rabbitmq":
+                    assert site, f"{where}: no bin/run before it"
+                    _bring_data(checkout, [s.text for s in parse(text) if s.part == "rabbitmq" and s.kind == "browser"])
                 else:
                     raise ValueError(f"{where}: unknown guide marker {step.text!r}")
             elif step.kind == "browser":
@@ -428,6 +437,33 @@ def run_guide(path: Path, part: str, workdir: Path, update: bool | None = None) 
             + (f"\n\nAnd {len(rest)} more:{also}" if rest else "")
         )
     return timings
+
+
+# What a learner brings from the RabbitMQ part: its guests, each with one
+# ticket and its key (the part ends with every check passed), and its workers.
+BRING = """
+from django.utils import timezone
+from tickets.models import Completion, Registration, Ticket, WorkerReport
+for name in NAMES:
+    registration = Registration.objects.create(name=name)
+    Completion.objects.create(registration=registration)
+    Ticket.objects.create(registration=registration, name=name)
+now = timezone.now()
+WorkerReport.objects.create(name="rabbitmq-part:1", host="rabbitmq-part", pid=1, transport="amqp",
+                            mode="drain", started=now, last_seen=now, stopped=now)
+"""
+
+
+def _bring_data(checkout: Path, browser_steps: list[str]) -> None:
+    names = [m.group(1) for m in map(re.compile(r'register "([^"]+)"').match, browser_steps) if m]
+    subprocess.run(
+        [str(checkout / ".venv" / "bin" / "python"), "manage.py", "shell", "-c", f"NAMES = {names!r}\n" + BRING],
+        cwd=checkout,
+        env=clean_env(),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def _write_back(path: Path, text: str, commands: list[Command], host: str, ports: dict[str, int]) -> None:

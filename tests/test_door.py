@@ -171,8 +171,47 @@ def test_the_offline_list_holds_digests_never_secrets():
     listed = services.valid_digests()
     assert listed["valid"] == [services.digest(ticket.secret)]
     assert ticket.secret not in str(listed)
+    assert listed["numbers"] == {ticket.number: "valid", ticket.registration.code: "valid"}
     scan(ticket.secret)
-    assert services.valid_digests() == {"valid": [], "checked_in": [services.digest(ticket.secret)]}
+    assert services.valid_digests() == {
+        "valid": [],
+        "checked_in": [services.digest(ticket.secret)],
+        "numbers": {ticket.number: "checked_in", ticket.registration.code: "checked_in"},
+    }
+
+
+@pytest.mark.fast
+def test_a_scan_the_offline_door_turned_away_is_recorded_but_never_checked_in():
+    ticket = mina()
+    answer = services.scan_ticket(
+        code=None, code_sha256=services.digest(ticket.secret), scan_id="off-1", actor="door", door="d", offline=True
+    )
+    assert (answer.colour, answer.sentence) == ("red", "Not admitted (offline)")
+    assert not CheckIn.objects.exists()
+    admitted = services.scan_ticket(
+        code=None,
+        code_sha256=services.digest(ticket.secret),
+        scan_id="off-2",
+        actor="door",
+        door="d",
+        offline=True,
+        admitted=True,
+    )
+    assert admitted.colour == "green" and CheckIn.objects.get().ticket == ticket
+    # The same scan sent again, once with its code (online) and once with its digest (queued), is one scan.
+    online = services.scan_ticket(code=ticket.secret, scan_id="off-2", actor="door", door="d")
+    assert online.repeated is True
+
+
+@pytest.mark.fast
+def test_a_typed_number_offline_is_judged_as_the_server_judges_it():
+    ticket = mina()
+    numbers = services.valid_digests()["numbers"]
+    for typed in ("T-0001", "R-0001", "T-9999", "R-0042"):
+        server = services.judge(typed, typed=True)
+        offline = numbers.get(services.TYPED.fullmatch(typed)["kind"] + "-" + typed[2:]) == "valid"
+        assert (server.colour == "green") == offline, typed
+    assert ticket.number == "T-0001"
 
 
 @pytest.mark.fast

@@ -183,3 +183,90 @@ def test_the_desk_counts_a_guest_checked_in_at_the_door_as_arrived():
     assert "Last hour: arrivals at the door per minute" in after and "1 check-ins in the last hour" in after
     # Staff without the door's view permission see the desk without its arrivals.
     assert "<h2>Arrivals</h2>" not in desk_for().get(desk).content.decode()
+
+
+def sync(client, scans):
+    return client.post(reverse("door-sync"), json.dumps({"scans": scans}), content_type="application/json")
+
+
+HOSTILE_SCANS = [
+    {"scan_id": "h-surrogate", "code": "T-9999", "door": "door \ud800 one"},
+    {"scan_id": "h-nul", "code": "T-9999", "door": "door\x00two"},
+    {"scan_id": "h-nested", "code": {"a": [[[[[[[[[[[]]]]]]]]]]]}, "door": "door 3"},
+    {"scan_id": "h-list-door", "code": "\ud800\x00", "door": ["not", "text"]},
+    "not a scan",
+    {"scan_id": {"no": "id"}, "code": "T-9999"},
+]
+
+
+@pytest.mark.fast
+@pytest.mark.postgres
+def test_hostile_scans_in_a_sync_get_their_own_answers_and_the_others_check_in():
+    ticket = mina()
+    door = staff_with("check_in")
+    good = {"scan_id": "good-1", "code": ticket.secret, "door": "door 1"}
+    response = sync(door, [*HOSTILE_SCANS, good])
+    assert response.status_code == 200
+    answers = response.json()["answers"]
+    assert len(answers) == len(HOSTILE_SCANS) + 1
+    assert [a.get("colour") for a in answers[:4]] == ["red"] * 4
+    assert "error" in answers[4] and "error" in answers[5]
+    assert answers[-1]["colour"] == "green" and CheckIn.objects.get().ticket == ticket
+    assert Scan.objects.get(scan_id="h-nul").door == "door\\x00two"
+
+
+@pytest.mark.fast
+def test_a_body_nested_past_the_parser_s_depth_is_a_400_with_a_sentence():
+    door = staff_with("check_in")
+    deep = b'{"scans": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    response = door.post(reverse("door-sync"), deep, content_type="application/json")
+    assert response.status_code == 400 and "JSON" in response.json()["error"]
+
+
+@pytest.mark.fast
+def test_every_door_refusal_is_json_with_a_sentence():
+    ticket = mina()
+    door = staff_with("check_in")
+    too_big = door.post(
+        reverse("door-sync"), b'{"scans": [' + b" " * (1024 * 1024) + b"]}", content_type="application/json"
+    )
+    assert too_big.status_code == 400 and "over 64 KB" in too_big.json()["error"]
+    wrong_method = door.get(reverse("door-scan"))
+    assert wrong_method.status_code == 405 and "POST" in wrong_method.json()["error"]
+    stale = staff_with("check_in", csrf=True)
+    refused = post_scan(stale, ticket.secret)
+    assert refused.status_code == 403 and refused.json()["signed_out"] is True and "reload" in refused.json()["error"]
+    viewer = staff_with("view_checkin")
+    assert "permission" in post_scan(viewer, ticket.secret).json()["error"]
+    assert "Sign in" in post_scan(Client(), ticket.secret).json()["error"]
+    assert not CheckIn.objects.exists()
+
+
+@pytest.mark.fast
+def test_a_reused_scan_id_with_another_code_or_user_is_refused_not_answered_with_the_first_verdict():
+    ticket = mina()
+    other = Ticket.objects.create(
+        registration=Registration.objects.create(name="Guest Number 3"), name="Guest Number 3"
+    )
+    door, colleague = staff_with("check_in"), staff_with("check_in")
+    assert post_scan(door, ticket.secret, scan_id="same").json()["colour"] == "green"
+    reused = post_scan(door, other.secret, scan_id="same")
+    assert reused.status_code == 400 and "already used for another scan" in reused.json()["error"]
+    assert "another staff user" in post_scan(colleague, ticket.secret, scan_id="same").json()["error"]
+    assert post_scan(door, ticket.secret, scan_id="same").json()["repeated"] is True  # the same scan again
+    answers = sync(door, [{"scan_id": "twice", "code": ticket.secret}, {"scan_id": "twice", "code": other.secret}])
+    first, second = answers.json()["answers"]
+    assert first["colour"] == "amber" and "already used for another scan" in second["error"]
+    assert not CheckIn.objects.filter(ticket=other).exists()
+
+
+@pytest.mark.fast
+def test_a_check_in_only_user_sees_no_arrivals_link_and_a_refusal_leads_back():
+    door = staff_with("check_in")
+    page = door.get(reverse("door")).content.decode()
+    assert reverse("door-arrivals") not in page
+    refused = door.get(reverse("door-arrivals"))
+    assert refused.status_code == 403
+    assert "text/html" in refused["Content-Type"] and 'href="/door/"' in refused.content.decode()
+    both = staff_with("check_in", "view_checkin")
+    assert reverse("door-arrivals") in both.get(reverse("door")).content.decode()

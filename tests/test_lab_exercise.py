@@ -334,7 +334,7 @@ def test_lab_check_passes_for_the_lessons_path_alone(learner):
     outcomes — one downloadable ticket each — not the detours' guest names."""
     started = learner.manage("lab", "start", "--step", "3")
     assert started.returncode == 0, started.stderr
-    assert "Next: docs/lab.md, step 3." in started.stdout
+    assert "Next: step 3 of docs/lab.md (in Russian: docs/lab.ru.md)." in started.stdout
     assert handlers.handler_file().read_text() == lab.STEP_FILES[3].read_text()
     made = [register_guest(name=name) for name in lab.LESSON_GUESTS]
     assert "Drained 4 deliveries" in learner.worker("--drain")

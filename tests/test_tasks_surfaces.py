@@ -94,7 +94,7 @@ def test_the_desk_lists_each_task_path_with_its_totals(tasks, staff):
     assert "<h2>Tasks</h2>" in page
     row = (
         f"<tr><td>{reminder}</td><td>4</td><td>2</td><td>1</td>\n"
-        '      <td class="desk-warn">1</td><td>1</td>\n      <td>2.000 s</td></tr>'
+        '      <td class="desk-warn">1</td><td>1</td><td>0</td>\n      <td class="">0</td>\n      <td>2.000 s</td></tr>'
     )
     assert row in page
     assert f"<tr><td>{photo}</td><td>1</td><td>0</td><td>0</td>" in page
@@ -110,8 +110,13 @@ def test_tasks_status_prints_each_task_path_the_totals_and_the_queue(tasks):
     call_command("tasks_status", stdout=out)
     lines = out.getvalue().splitlines()
     width = len(reminder)
-    assert lines[0] == (f"{photo:<{width}}  enqueued=1  done=0  failed=0  parked=0  waiting=1  average latency -")
-    assert lines[1] == f"{reminder}  enqueued=4  done=2  failed=1  parked=1  waiting=1  average latency 2.000 s"
+    assert lines[0] == (
+        f"{photo:<{width}}  enqueued=1  done=0  failed=0  parked=0  waiting=1 (scheduled=0, lost=0)  average latency -"
+    )
+    assert (
+        lines[1]
+        == f"{reminder}  enqueued=4  done=2  failed=1  parked=1  waiting=1 (scheduled=0, lost=0)  average latency 2.000 s"
+    )
     assert lines[2] == "Tasks: 5  done: 2  failed: 1  parked: 1 (see `parked --channel tasks`)  waiting: 2"
     assert lines[3] == "Audit passed: every SUCCESSFUL task has its completion key, and only those."
     assert lines[4].startswith("Queue nightjar.tasks: ") and lines[4].endswith("dead-lettered")

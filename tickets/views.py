@@ -63,6 +63,7 @@ def over_rate_limit(request) -> bool:
 
 
 @require_http_methods(["GET", "POST"])
+@never_cache  # the answer to a POST leads to the guest's secret link (and the cookie that remembers it)
 def evening(request):
     if request.method == "POST" and over_rate_limit(request):
         response = render(request, "tickets/too_many.html", status=429)
@@ -115,6 +116,7 @@ def remember(request, registration: Registration) -> None:
 
 
 @require_GET
+@never_cache  # it lists the guest's secret links
 def registration_list(request):
     if settings.NIGHTJAR_LAB:
         registrations = Registration.objects.order_by("-id")[:500]

@@ -14,6 +14,7 @@ from tickets.models import (
     RejectedMessage,
     StaffAction,
     Ticket,
+    WorkerReport,
 )
 from tickets.services.registrations import NightjarError
 
@@ -39,8 +40,10 @@ def seed_demo() -> tuple[Registration, bool]:
 
 def reset_demo() -> int:
     """Lab only: delete every registration but Mina Patel's (with their
-    tickets, keys and records), restart the numbering after R-0001 and T-0001,
-    and empty the queues. Returns how many registrations went."""
+    tickets, keys and records), forget the workers' reports (status then lists
+    the workers since the reset: the lab's Redis part starts with one, and the
+    RabbitMQ part's workers are no part of it), restart the numbering after
+    R-0001 and T-0001, and empty the queues. Returns how many registrations went."""
     others = Registration.objects.exclude(pk=1)
     count = others.count()
     with transaction.atomic():
@@ -50,6 +53,7 @@ def reset_demo() -> int:
             pk=Ticket.objects.filter(registration_id=1).order_by("pk").values("pk")[:1]
         ).delete()
         others.delete()
+        WorkerReport.objects.all().delete()
         seed_demo()
         _restart_numbering([Registration, Ticket])
     transport.purge_queues(conf.NIGHTJAR_QUEUE)

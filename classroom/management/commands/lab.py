@@ -28,7 +28,9 @@ class Command(BaseCommand):
             "Your registrations are not changed.",
         )
         actions.add_parser("check", help="Grade the handler and the exercise's data; PASS/FAIL per check.")
-        reset = actions.add_parser("reset", help="Delete every registration but Mina Patel's, after asking.")
+        reset = actions.add_parser(
+            "reset", help="Delete every registration but Mina Patel's and forget the workers' reports, after asking."
+        )
         reset.add_argument("--yes", action="store_true", help="Do not ask.")
 
     def handle(self, *args, **options):
@@ -48,8 +50,12 @@ class Command(BaseCommand):
         self.stdout.write(f"Your handler is {handlers.shown(str(path))}{source}. {what}")
         self.stdout.write("In lab mode `python manage.py worker` now runs it (NIGHTJAR_HANDLER or --handler override).")
         if step > 1:
-            self.stdout.write(f"Data: {lab.STEP_DATA[step]}")
-        self.stdout.write(f"Next: docs/lab.md, step {step}. When you think it is safe: python manage.py lab check")
+            self.stdout.write(f"Data: {lab.data_now()}")
+        # Both guides: the command cannot know which one the learner reads.
+        self.stdout.write(
+            f"Next: step {step} of docs/lab.md (in Russian: docs/lab.ru.md). "
+            "When you think it is safe: python manage.py lab check"
+        )
 
     def do_check(self, options):
         handler = handlers.default_handler()
@@ -69,8 +75,8 @@ class Command(BaseCommand):
                     "lab reset deletes data: run it in a terminal to confirm, or add --yes.", returncode=2
                 )
             answer = input(
-                "This deletes every registration except Mina Patel's (R-0001), with their tickets, and empties the "
-                "queue. Type yes to go on: "
+                "This deletes every registration except Mina Patel's (R-0001), with their tickets, empties the "
+                "queue and forgets the workers' reports. Type yes to go on: "
             )
             if answer.strip().lower() != "yes":
                 self.stdout.write("Nothing was deleted.")

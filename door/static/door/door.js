@@ -1,18 +1,29 @@
 // The door page: scan continuously, send each new code once with its own id,
-// show the answer over the whole screen. Offline, judge by the digests loaded
-// while online and queue the scans; send them when the network is back.
+// show the answer over the whole screen, with its time, for a few seconds.
+// Offline, judge by the list loaded while online (digests of the tickets'
+// secrets, and ticket numbers for typed ones) exactly as the server will, and
+// queue the scans; send them, in chunks the server accepts, until each one is
+// answered. A refused request (signed out, a stale token) is never taken for
+// "offline": nothing is admitted on it.
 (function () {
   "use strict";
   const root = document.getElementById("door");
   const video = document.getElementById("camera");
+  const cameraBox = document.getElementById("camera-box");
   const status = document.getElementById("status");
   const answerBox = document.getElementById("answer");
   const sentence = document.getElementById("sentence");
   const detail = document.getElementById("detail");
+  const answeredAt = document.getElementById("answered-at");
   const doorInput = document.getElementById("door-name");
   const typed = document.getElementById("typed");
-  const QUEUE = "nightjar-door-queue";
+  // One queue per staff user (the key is opaque): a shared phone never sends one's scans as another's.
+  const QUEUE = "nightjar-door-queue:" + root.dataset.user;
   const LIST = "nightjar-door-list";
+  const DOOR_NAME = "nightjar-door-name";
+  const CHUNK = Math.max(1, Math.min(50, Number(root.dataset.maxSync) || 50));
+  const ANSWER_SECONDS = 6; // then the screen is neutral again: a stale green never shows
+  const TYPED = /^(?:([TtRr])-?)?([0-9]{1,9})$/;
   // Every answer with its timings (performance.now() ms), for the browser test.
   const log = (window.doorLog = []);
   let detector = null;
@@ -29,6 +40,9 @@
   let lastSeen = 0;
   let lastEmpty = 0; // the last frame without a code: a new code entered the view after it
   let busy = false;
+  let scanning = false;
+  let signedOut = false;
+  let fade = null;
 
   function newId() {
     if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
@@ -44,7 +58,8 @@
   }
 
   function save(key, value) {
-    localStorage.setItem(key, JSON.stringify(value));
+    if (Array.isArray(value) && !value.length) localStorage.removeItem(key);
+    else localStorage.setItem(key, JSON.stringify(value));
   }
 
   async function sha256(text) {
@@ -53,21 +68,46 @@
     return Array.from(new Uint8Array(bytes), (b) => b.toString(16).padStart(2, "0")).join("");
   }
 
+  function plural(n, one, many) {
+    return n + " " + (n === 1 ? one : many);
+  }
+
   function showWaiting() {
     const waiting = load(QUEUE, []).length;
-    if (navigator.onLine) status.textContent = waiting ? `online — ${waiting} scans waiting` : "online — scanning";
-    else status.textContent = `offline — ${waiting} scans waiting`;
+    const queued = waiting ? plural(waiting, "scan", "scans") + " waiting to be sent" : "";
+    if (signedOut) {
+      status.className = "status signed-out";
+      status.textContent =
+        "Signed out: reload the page and sign in." + (waiting ? " " + queued + "; they are kept." : "");
+      return;
+    }
+    status.className = "status";
+    const how = scanning ? "scanning" : "no camera: type ticket numbers";
+    if (navigator.onLine) status.textContent = "online — " + (queued || how);
+    else status.textContent = "offline — " + how + (queued ? " — " + queued : "");
+  }
+
+  function neutral() {
+    answerBox.className = "answer idle";
+    sentence.textContent = scanning ? "Hold a ticket's QR code to the camera" : "Type a ticket number below";
+    detail.textContent = "";
+    answeredAt.textContent = "";
   }
 
   function show(answer, timing) {
-    answerBox.className = "answer " + answer.colour;
-    sentence.textContent = answer.sentence;
+    const repeat = answer.repeated === true;
+    answerBox.className = "answer " + (repeat ? "repeat" : answer.colour);
+    sentence.textContent = repeat ? "Sent before: " + answer.sentence : answer.sentence;
     detail.textContent =
       answer.colour === "green" && answer.ticket
         ? [answer.registration, answer.ticket].join(" · ")
         : answer.detail || "";
-    if (navigator.vibrate) navigator.vibrate(answer.colour === "green" ? 80 : [200, 100, 200]);
-    beep(answer.colour === "green" ? 880 : answer.colour === "amber" ? 520 : 220);
+    const now = new Date();
+    answeredAt.textContent = "Answered at " + now.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    clearTimeout(fade);
+    fade = setTimeout(neutral, ANSWER_SECONDS * 1000);
+    if (navigator.vibrate) navigator.vibrate(answer.colour === "green" && !repeat ? 80 : [200, 100, 200]);
+    beep(answer.colour === "green" && !repeat ? 880 : answer.colour === "amber" || repeat ? 520 : 220);
     log.push(Object.assign({}, answer, timing));
   }
 
@@ -89,6 +129,7 @@
     }
   }
 
+  // What the server said, as {status, data}; a network failure throws.
   async function post(url, body) {
     const response = await fetch(url, {
       method: "POST",
@@ -96,78 +137,181 @@
       headers: { "Content-Type": "application/json", "X-CSRFToken": root.dataset.csrf },
       body: JSON.stringify(body),
     });
-    if (response.status >= 500) throw new Error("server answered " + response.status);
-    const data = await response.json();
-    if (!response.ok) return { colour: "red", sentence: data.error || "Error " + response.status, detail: "" };
-    return data;
+    let data = {};
+    try {
+      data = await response.json();
+    } catch (error) {
+      data = {};
+    }
+    return { status: response.status, data: data };
+  }
+
+  function refusedAsSignedOut(status) {
+    if (status !== 401 && status !== 403) return false;
+    signedOut = true;
+    localStorage.removeItem(LIST); // signed out, the phone keeps no list of tickets (its queue waits to be sent)
+    showWaiting();
+    return true;
+  }
+
+  // A queue from before this page kept raw codes under one key for every user:
+  // it becomes this user's, holding digests instead.
+  async function upgradeOldQueue() {
+    const old = load("nightjar-door-queue", null);
+    if (!Array.isArray(old)) return;
+    const queue = load(QUEUE, []);
+    for (const scan of old) {
+      if (!scan || !scan.scan_id || typeof scan.code !== "string") continue;
+      const entry = { scan_id: scan.scan_id, door: scan.door, scanned_at: scan.scanned_at, offline: true, admitted: scan.admitted === true };
+      if (scan.typed) Object.assign(entry, { typed: true, code: scan.code });
+      else entry.code_sha256 = scan.hash || (await sha256(scan.code.trim()));
+      queue.push(entry);
+    }
+    save(QUEUE, queue);
+    localStorage.removeItem("nightjar-door-queue");
+  }
+
+  function doorName() {
+    return doorInput.value.trim() || "unnamed door";
   }
 
   async function submit(code, timing) {
-    const scan = { scan_id: newId(), code: code, door: doorInput.value, scanned_at: new Date().toISOString() };
+    const scan = { scan_id: newId(), code: code, door: doorName(), scanned_at: new Date().toISOString() };
     if (timing.typed) scan.typed = true;
+    if (signedOut) {
+      show({ colour: "red", sentence: "Signed out: reload the page", detail: "Nothing was checked in." }, timing);
+      return;
+    }
     if (!navigator.onLine) return judgeOffline(scan, timing);
+    let reply;
     try {
-      const answer = await post(root.dataset.scanUrl, scan);
-      show(answer, Object.assign(timing, { answeredAt: performance.now() }));
-      if (answer.colour === "green") remember(await sha256(code.trim()));
+      reply = await post(root.dataset.scanUrl, scan);
     } catch (error) {
-      // The network dropped mid-request: queue the scan with its id, so a
-      // request that did arrive is not counted twice.
-      await judgeOffline(scan, timing);
+      // The network dropped mid-request: judge and queue the scan with its id,
+      // so a request that did arrive is not counted twice.
+      return judgeOffline(scan, timing);
+    }
+    timing.answeredAt = performance.now();
+    if (refusedAsSignedOut(reply.status)) {
+      show({ colour: "red", sentence: "Signed out: reload the page", detail: reply.data.error || "Nothing was checked in." }, timing);
+    } else if (reply.status >= 500) {
+      return judgeOffline(scan, timing); // the server failed: the scan waits for it, judged by the list
+    } else if (reply.status !== 200) {
+      show({ colour: "red", sentence: reply.data.error || "Refused (" + reply.status + ")", detail: "Nothing was checked in." }, timing);
+    } else {
+      show(reply.data, timing);
+      if (reply.data.colour === "green" && !timing.typed) remember(await sha256(code.trim()));
     }
   }
 
   // A guest this door let in is in: the list it holds says so until the next refresh.
-  function remember(hash) {
-    const list = load(LIST, { valid: [], checked_in: [] });
+  function remember(hash, number) {
+    const list = load(LIST, { valid: [], checked_in: [], numbers: {} });
     if (hash && !list.checked_in.includes(hash)) {
       list.checked_in.push(hash);
       list.valid = list.valid.filter((known) => known !== hash);
-      save(LIST, list);
     }
+    if (number && list.numbers) list.numbers[number] = "checked_in";
+    save(LIST, list);
+  }
+
+  // The offline verdict, by the rules the server applies: a scanned code by its
+  // digest, a typed one by its number (T-0004, R-0004 or 4, as the server reads it).
+  function offlineVerdict(scan, hash, list, queue) {
+    let state = null;
+    let number = null;
+    if (scan.typed) {
+      const typedNumber = TYPED.exec(scan.code.trim());
+      if (typedNumber) {
+        number = (typedNumber[1] || "T").toUpperCase() + "-" + typedNumber[2].padStart(4, "0");
+        state = (list.numbers || {})[number] || null;
+      }
+    } else if (hash) {
+      state = list.checked_in.includes(hash) ? "checked_in" : list.valid.includes(hash) ? "valid" : null;
+    }
+    const mine = scan.typed ? (q) => q.number === number : (q) => q.code_sha256 === hash;
+    if (state === "valid" && queue.some((q) => q.admitted && mine(q))) state = "checked_in";
+    return { state: state, number: number };
   }
 
   async function judgeOffline(scan, timing) {
-    const list = load(LIST, { valid: [], checked_in: [] });
+    const list = load(LIST, { valid: [], checked_in: [], numbers: {} });
     const queue = load(QUEUE, []);
-    const hash = await sha256(scan.code.trim());
+    const hash = scan.typed ? null : await sha256(scan.code.trim());
+    const verdict = offlineVerdict(scan, hash, list, queue);
     let answer;
-    if (hash && (list.checked_in.includes(hash) || queue.some((q) => q.hash === hash && q.admitted))) {
+    if (verdict.state === "checked_in") {
       answer = { colour: "amber", sentence: "Already checked in", detail: "By the list this door holds (offline)." };
-    } else if (hash && list.valid.includes(hash)) {
+    } else if (verdict.state === "valid") {
       answer = { colour: "green", sentence: "Welcome", detail: "A valid ticket by the list this door holds (offline)." };
-      scan.admitted = true;
     } else {
       answer = {
         colour: "red",
         sentence: "Not a ticket for this evening",
-        detail: "Not in the list this door holds (offline); it is sent when the network is back.",
+        detail: "Not in the list this door holds (offline); the guest is not checked in.",
       };
     }
-    scan.offline = true;
-    scan.hash = hash;
-    queue.push(scan);
+    // Only what the sync needs: the code's digest (never the secret), or the typed number.
+    const queued = {
+      scan_id: scan.scan_id,
+      door: scan.door,
+      scanned_at: scan.scanned_at,
+      offline: true,
+      admitted: answer.colour === "green",
+    };
+    if (scan.typed) Object.assign(queued, { typed: true, code: scan.code.trim(), number: verdict.number });
+    else queued.code_sha256 = hash;
+    queue.push(queued);
     save(QUEUE, queue);
     showWaiting();
     show(answer, Object.assign(timing, { answeredAt: performance.now(), offline: true }));
   }
 
-  // Sends the queued scans; the same list sent twice changes nothing (scan ids).
+  // Sends the queued scans in chunks the server accepts, until each has its answer;
+  // the same chunk sent twice changes nothing (scan ids). One scan's error is that
+  // scan's answer: it leaves the queue unless the server says to send it again.
+  let syncing = false;
   async function sync() {
-    const queue = load(QUEUE, []);
-    if (!queue.length || !navigator.onLine) return;
-    const scans = queue.map(({ hash, ...scan }) => scan);
-    const response = await fetch(root.dataset.syncUrl, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": root.dataset.csrf },
-      body: JSON.stringify({ scans: scans }),
-    });
-    if (!response.ok) return;
-    const data = await response.json();
-    const sent = new Set(data.answers.map((answer) => answer.scan_id));
-    save(QUEUE, load(QUEUE, []).filter((scan) => !sent.has(scan.scan_id)));
-    const conflicts = data.answers.filter((answer) => answer.conflict);
+    if (syncing || signedOut || !navigator.onLine) return;
+    syncing = true;
+    try {
+      let sentAll = false;
+      while (!sentAll) {
+        const queue = load(QUEUE, []);
+        if (!queue.length) break;
+        const chunk = queue.slice(0, CHUNK).map(({ number, ...scan }) => scan);
+        const reply = await post(root.dataset.syncUrl, { scans: chunk });
+        if (refusedAsSignedOut(reply.status) || reply.status === 429 || reply.status >= 500) break;
+        let answers = reply.data.answers;
+        if (reply.status !== 200 || !Array.isArray(answers)) answers = await oneByOne(chunk);
+        if (answers === null) break;
+        const done = new Set(answers.filter((a) => a.scan_id && !a.retry).map((a) => a.scan_id));
+        save(QUEUE, load(QUEUE, []).filter((scan) => !done.has(scan.scan_id)));
+        window.doorSynced = (window.doorSynced || 0) + done.size;
+        reportConflicts(answers);
+        if (!done.size || answers.some((a) => a.retry)) break; // the rest waits for the next round
+        sentAll = queue.length <= CHUNK;
+      }
+    } finally {
+      syncing = false;
+      window.doorSyncs = (window.doorSyncs || 0) + 1;
+      showWaiting();
+    }
+  }
+
+  // A chunk the server refused whole: each scan on its own, so one bad scan holds back none.
+  async function oneByOne(chunk) {
+    const answers = [];
+    for (const scan of chunk) {
+      const reply = await post(root.dataset.scanUrl, scan);
+      if (refusedAsSignedOut(reply.status) || reply.status === 429 || reply.status >= 500) return answers.length ? answers : null;
+      answers.push(reply.status === 200 ? reply.data : { scan_id: scan.scan_id, error: reply.data.error || "refused" });
+    }
+    return answers;
+  }
+
+  function reportConflicts(answers) {
+    const conflicts = answers.filter((answer) => answer.conflict);
     if (conflicts.length) {
       show(
         {
@@ -178,13 +322,12 @@
         { synced: true },
       );
     }
-    window.doorSyncs = (window.doorSyncs || 0) + 1;
-    showWaiting();
   }
 
   async function refreshList() {
-    if (!navigator.onLine) return;
+    if (!navigator.onLine || signedOut) return;
     const response = await fetch(root.dataset.ticketsUrl, { credentials: "same-origin" });
+    if (refusedAsSignedOut(response.status)) return;
     if (response.ok) {
       save(LIST, await response.json());
       window.doorListLoaded = true;
@@ -243,12 +386,18 @@
     try {
       const stream = await navigator.mediaDevices.getUserMedia({ video: { facingMode: "environment" }, audio: false });
       video.srcObject = stream;
+      cameraBox.hidden = false;
       await video.play();
     } catch (error) {
-      status.textContent = "No camera: type the ticket number below.";
+      cameraBox.hidden = true;
+      scanning = false;
+      neutral();
+      showWaiting();
       return;
     }
+    scanning = true;
     window.doorDecoder = detector ? "BarcodeDetector" : "jsQR";
+    neutral();
     showWaiting();
     tick();
   }
@@ -260,11 +409,12 @@
     submit(field.value.trim(), { typed: true, seenAt: performance.now() });
     field.value = "";
   });
-  doorInput.value = root.dataset.door || localStorage.getItem("nightjar-door-name") || doorInput.value;
-  doorInput.addEventListener("change", () => localStorage.setItem("nightjar-door-name", doorInput.value));
+  // Each phone remembers its own door's name (asked once, not "door 1" for all).
+  doorInput.value = root.dataset.door || localStorage.getItem(DOOR_NAME) || "";
+  doorInput.addEventListener("change", () => localStorage.setItem(DOOR_NAME, doorInput.value.trim()));
   window.addEventListener("online", online);
   window.addEventListener("offline", showWaiting);
   setInterval(online, 15000);
-  online();
+  upgradeOldQueue().catch(() => null).finally(online);
   start();
 })();

@@ -19,13 +19,20 @@ class Command(BaseCommand):
             latency = f"{row.average_latency:.3f} s" if row.average_latency is not None else "-"
             self.stdout.write(
                 f"{row.task_path:<{width}}  enqueued={row.enqueued}  done={row.done}  failed={row.failed}  "
-                f"parked={row.parked}  waiting={row.waiting}  average latency {latency}"
+                f"parked={row.parked}  waiting={row.waiting} (scheduled={row.scheduled}, lost={row.lost})  "
+                f"average latency {latency}"
             )
         if rows:
             total = lambda name: sum(getattr(row, name) for row in rows)  # noqa: E731
             self.stdout.write(
                 f"Tasks: {total('enqueued')}  done: {total('done')}  failed: {total('failed')}  "
                 f"parked: {total('parked')} (see `parked --channel tasks`)  waiting: {total('waiting')}"
+            )
+        lost = sum(row.lost for row in rows)
+        if lost:
+            self.stdout.write(
+                f"Lost publishes: {lost} task(s) due and READY for over {summary.GRACE_SECONDS} s without a publish "
+                "(the broker refused it, or no worker runs reconcile): `reconcile --channel tasks` publishes them."
             )
         problems = summary.audit()
         if not problems:
