@@ -319,6 +319,8 @@ def test_a_waiting_guest_sees_their_place_and_the_page_moves_on_when_a_seat_free
     first, second, third = guests(3)
     shown = page(client, third)
     assert "The evening is full: you are on the waiting list" in shown and "<strong>2</strong>" in shown
+    told = client.get(f"/registrations/{third.code}/{third.secret}/ticket/", follow=True).content.decode()
+    assert "You are on the waiting list; there is no ticket yet." in told
     assert "registration.js" in shown  # it polls, as the page of a guest with a seat does
     status = client.get(f"/registrations/{third.code}/{third.secret}/status.json").json()
     assert (status["state"], status["place"], status["ready"]) == ("waiting", 2, False)

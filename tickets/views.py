@@ -202,6 +202,9 @@ def ticket_detail(request, code: str, secret: str):
     if registration.seat == Seat.CANCELLED:  # its ticket, if made, is void
         messages.info(request, "This registration is cancelled; its ticket is no longer valid.")
         return redirect(registration_url(registration))
+    if registration.seat == Seat.WAITING:
+        messages.info(request, "You are on the waiting list; there is no ticket yet.")
+        return redirect(registration_url(registration))
     if ticket is None:
         messages.info(request, "Your ticket is being prepared.")
         return redirect(registration_url(registration))
