@@ -16,11 +16,16 @@ exactly N tickets. Exit status 0 only then.
                                restart, the quorum queue's leader is killed -9 mid-run and started again,
                                and (as root, nodes in network namespaces) the leader is cut off for 12 s
     --database postgres        a throwaway PostgreSQL cluster (bin/postgres-cluster) instead of SQLite
+    --capacity 150             the evening has 150 seats: the registrations beyond wait, in order
+    --cancellations 40         guests cancel 40 random registrations through their pages while it runs;
+                               then audit must pass, confirmed = capacity (or fewer if the list ran out),
+                               and every confirmed guest has exactly one ticket (none made after a cancel)
 """
 
 import argparse
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -96,6 +101,8 @@ class Soak:
         self.kills = self.restarts = self.broker_restarts = 0
         self.statuses: dict[int | str, int] = {}
         self.posted = 0
+        self.pages: list[str] = []  # the registrations' pages, for the cancellations
+        self.cancel_statuses: dict[int | str, int] = {}
         self.lock = threading.Lock()
         self.stop_chaos = threading.Event()
 
@@ -205,12 +212,37 @@ class Soak:
                 if status != 302 or not guest.location.startswith("/registrations/R-"):
                     status = f"{status} without a registration"
                 else:
+                    with self.lock:
+                        self.pages.append(guest.location)
                     status, _ = guest.get(guest.location, timeout=30)  # the registration page
             except OSError as error:
                 status = type(error).__name__
             with self.lock:
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 self.posted += 1
+
+    def cancel_some(self) -> None:
+        """Guests cancel --cancellations random registrations through their
+        pages (each once), spread over the posting, while workers are killed."""
+        base = f"http://127.0.0.1:{self.web_port}"
+        rng = random.Random(self.args.seed)
+        chosen: set[str] = set()
+        while len(chosen) < self.args.cancellations and not self.stop_chaos.is_set():
+            time.sleep(rng.uniform(0.05, 0.3))
+            with self.lock:
+                left = [page for page in self.pages if page not in chosen]
+            if not left:
+                if self.posted >= self.args.registrations:
+                    return  # fewer registrations than cancellations asked
+                continue
+            page = rng.choice(left)
+            chosen.add(page)
+            try:
+                status: int | str = Guest(base, follow_redirects=False).cancel(page, timeout=30)
+            except OSError as error:
+                status = type(error).__name__
+            with self.lock:
+                self.cancel_statuses[status] = self.cancel_statuses.get(status, 0) + 1
 
     def totals(self) -> dict[str, int]:
         """status's totals, read as data (`status --json`), not from its human lines."""
@@ -237,6 +269,8 @@ class Soak:
         self.rabbit("start")
         self.manage("migrate", "--noinput")
         self.manage("collectstatic", "--noinput")  # DEBUG is off: pages need the hashed static files
+        if self.args.capacity:
+            self.manage("seats", "--capacity", str(self.args.capacity))
         gunicorn = None
         try:
             with open(self.folder / "gunicorn.log", "w") as web_log:
@@ -259,6 +293,8 @@ class Soak:
             clients = [threading.Thread(target=self.post_registrations, args=(names[i::4],)) for i in range(4)]
             for client in clients:
                 client.start()
+            canceller = threading.Thread(target=self.cancel_some, daemon=True)
+            canceller.start()
             # A cluster's faults take longer (finding the leader, a node's restart): start them earlier.
             first_fault = n // 5 if self.cluster else n // 2
             while self.posted < first_fault and time.monotonic() < deadline:
@@ -281,6 +317,7 @@ class Soak:
                 f"All {self.posted} registrations posted: {self.statuses}; chaos goes on for {chaos_left:.0f} s more"
             )
             time.sleep(chaos_left)
+            canceller.join(max(1, deadline - time.monotonic()))  # every cancellation made while workers die
             self.stop_chaos.set()
             killer.join()
 
@@ -314,12 +351,27 @@ class Soak:
 
         redeliveries = sum(log.read_text().count("redelivered=True") for log in self.worker_logs)
         duration = time.monotonic() - self.started
-        ok = audit.returncode == 0 and totals["registrations"] == n and totals["tickets"] == n
+        cancelled, waiting = totals["cancelled"], totals["waiting"]
+        confirmed = n - cancelled - waiting
+        expected = min(self.args.capacity, n - cancelled) if self.args.capacity else n - cancelled
+        ok = (
+            audit.returncode == 0
+            and totals["registrations"] == n
+            and cancelled == self.cancel_statuses.get(302, 0)
+            and confirmed == expected
+            and totals["issued"] == confirmed  # one ticket and its key each (audit: no duplicates)
+            and (self.args.cancellations or totals["tickets"] == n)
+        )
         print()
         print("Chaos soak summary")
         print(f"  registrations posted: {self.posted} (HTTP results: {self.statuses})")
         print(f"  registrations stored: {totals['registrations']}")
         print(f"  tickets:              {totals['tickets']}")
+        if self.args.capacity or self.args.cancellations:
+            print(f"  capacity:             {self.args.capacity or 'room for everyone'}")
+            print(f"  cancellations:        {cancelled} (HTTP results: {self.cancel_statuses})")
+            print(f"  confirmed:            {confirmed} (expected {expected}), waiting: {waiting}")
+            print(f"  confirmed with one ticket: {totals['issued']}")
         print(f"  worker kills:         {self.kills} (SIGKILL), restarts: {self.restarts}")
         print(f"  {self.broker} restarts:    {self.broker_restarts}")
         if self.cluster:
@@ -330,7 +382,14 @@ class Soak:
         print(f"  redeliveries seen:    {redeliveries}")
         print(f"  duration:             {duration:.1f} s")
         print(f"  audit:                {(audit.stdout + audit.stderr).strip()}")
-        print(f"RESULT: {'PASS' if ok else 'FAIL'}: {totals['tickets']} tickets for {n} registrations")
+        print(
+            f"RESULT: {'PASS' if ok else 'FAIL'}: {totals['tickets']} tickets for {n} registrations"
+            + (
+                f", {confirmed} confirmed, {cancelled} cancelled"
+                if self.args.capacity or self.args.cancellations
+                else ""
+            )
+        )
         if ok and not self.args.keep:
             shutil.rmtree(self.folder, ignore_errors=True)
         else:
@@ -360,6 +419,10 @@ def main() -> int:
         type=float,
         default=30,
         help="Keep killing workers for at least this long, posting or not (default 30).",
+    )
+    parser.add_argument("--capacity", type=int, default=0, help="Seats for the evening (default: room for everyone).")
+    parser.add_argument(
+        "--cancellations", type=int, default=0, help="Guests cancel this many random registrations (default none)."
     )
     parser.add_argument("--seed", type=int, default=None, help="Seed for the choice of victims and delays.")
     parser.add_argument("--keep", action="store_true", help="Keep the folder with logs and database.")

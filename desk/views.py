@@ -23,6 +23,7 @@ from nightjar_delivery.health import describe_replicas
 from nightjar_tasks import summary as tasks_summary
 from tickets.admin import actor
 from tickets.models import Registration
+from tickets.services import seats
 from tickets.services.activity import activity
 from tickets.services.audit import audit_invariants
 from tickets.services.reconcile import reconcile_registrations
@@ -60,6 +61,7 @@ def dashboard(request):
         "can_reconcile": registrations_admin().has_change_permission(request),
         "opts": Registration._meta,
         "arrivals": desk_arrivals() if request.user.has_perm("door.view_checkin") else None,
+        "seats": desk_seats(),
         # Django tasks on Nightjar's backend, per task path (none: no block).
         "tasks": tasks_summary.by_task_path(),
     }
@@ -138,6 +140,25 @@ def desk_charts(title: str, window: timedelta, bucket: int) -> dict:
             unit="s",
             summary=latency_summary,
             **common,
+        ),
+    }
+
+
+def desk_seats(*, window: timedelta = timedelta(days=1), bucket: int = 900) -> dict:
+    """The evening's seats: taken, free, waiting, cancelled, and a chart of
+    cancellations and promotions over the last day."""
+    seen = seats.seat_activity(window=window, bucket_seconds=bucket)
+    return {
+        "counts": seats.seat_counts(),
+        "chart": charts.line_chart(
+            title="Last day: cancellations and promotions from the waiting list",
+            series=[
+                ("cancellations", seen.cancelled, "series-a", "bars"),
+                ("promotions", seen.promoted, "series-b", "line"),
+            ],
+            summary=f"{sum(seen.cancelled)} cancellations and {sum(seen.promoted)} promotions, per 15 minutes.",
+            start=seen.start,
+            bucket_seconds=bucket,
         ),
     }
 

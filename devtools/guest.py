@@ -66,3 +66,22 @@ class Guest:
                 return response.status, response.read().decode(), time.monotonic() - started
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode(), time.monotonic() - started
+
+    def cancel(self, registration_path: str, timeout: float = 60) -> int:
+        """Cancel a registration as its guest does: GET the confirmation page
+        (its CSRF token), POST "Yes, cancel my registration". The POST's status
+        (302 to the registration page), or the confirmation page's if it did
+        not come."""
+        status, page = self.get(registration_path + "cancel/", timeout=timeout)
+        if status != 200:
+            return status
+        request = urllib.request.Request(
+            self.url + registration_path + "cancel/",
+            data=urllib.parse.urlencode({"csrfmiddlewaretoken": csrf_token(page)}).encode(),
+            headers={"Referer": self.url},
+        )
+        try:
+            with self.opener.open(request, timeout=timeout) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code

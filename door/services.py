@@ -170,6 +170,10 @@ def replaced(row: TicketDigest) -> Verdict:
 
 
 def judge_ticket(ticket: Ticket) -> Verdict:
+    if ticket.registration.seat == "cancelled":  # tickets' Seat.CANCELLED: its seat went back, the ticket is void
+        return Verdict(
+            Scan.RED, "Cancelled", f"{ticket.registration.code} was cancelled; its ticket {ticket.number} is void."
+        )
     count = Ticket.objects.filter(registration_id=ticket.registration_id).count()
     if count > 1:
         return Verdict(

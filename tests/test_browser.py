@@ -115,3 +115,44 @@ def test_staff_see_the_desk_charts_after_a_burst_and_the_desk_refreshes_itself(s
         expect(page.locator(".desk-read-at time")).not_to_have_attribute("datetime", read_at, timeout=20_000)
     serving.signal(signal.SIGTERM)
     assert serving.finish()[0] == 0
+
+
+def test_a_waiting_guest_watches_their_page_turn_into_a_ticket_after_another_guest_cancels(site, workers, monkeypatch):
+    """axe-core at 0 on each page the guests see, at a phone's 390×844."""
+    from tests.test_door_browser import axe_violations
+    from tickets.services import seats
+
+    seats.set_capacity(capacity=1, actor="organiser (test)")
+    holder = register_guest(name="Seat Holder")
+    assert workers.run().returncode == 0
+    with chromium(monkeypatch) as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.goto(site + "/evening/")
+        page.get_by_label("Guest name").fill("Wren Waiting")
+        page.get_by_role("button", name="Register for the evening").click()
+        expect(page.get_by_text("The evening is full: you are on the waiting list")).to_be_visible()
+        expect(page.get_by_text("Your place on the waiting list: 1")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "seats-1-waiting.png")
+        assert axe_violations(page) == []
+        page.evaluate("window.stillTheSamePage = true")
+
+        other = browser.new_page(viewport={"width": 390, "height": 844})
+        other.goto(f"{site}/registrations/{holder.code}/{holder.secret}/")
+        other.get_by_role("link", name="Cancel registration").click()
+        expect(other.get_by_role("heading", name="Cancel your registration?")).to_be_visible()
+        other.screenshot(path=ARTIFACTS / "seats-2-cancel-confirm.png")
+        assert axe_violations(other) == []
+        other.get_by_role("button", name="Yes, cancel my registration").click()
+        expect(other.get_by_text("This registration is cancelled").first).to_be_visible()
+        other.screenshot(path=ARTIFACTS / "seats-3-cancelled.png")
+        assert axe_violations(other) == []
+
+        expect(page.get_by_text("Your ticket is being prepared")).to_be_visible(timeout=15_000)
+        page.screenshot(path=ARTIFACTS / "seats-4-being-prepared.png")
+        assert workers.run().returncode == 0
+        expect(page.get_by_role("link", name="Open ticket")).to_be_visible(timeout=15_000)
+        assert page.evaluate("window.stillTheSamePage") is True  # moved on in place, no reload
+        page.screenshot(path=ARTIFACTS / "seats-5-open-ticket.png")
+        assert axe_violations(page) == []
+    waiting = Registration.objects.get(name="Wren Waiting")
+    assert waiting.seat == "confirmed" and waiting.tickets.count() == 1

@@ -143,7 +143,10 @@ def test_status_shows_each_state_totals_and_queue_depth(workers):
         "rejected_messages": 0,
         "parked": 0,
         "waiting_for_staff": 0,
+        "waiting": 0,
+        "cancelled": 0,
     }
+    assert shown["capacity"] is None  # room for everyone
     assert shown["queue"]["ready"] == 1 and shown["queue_error"] == ""
     assert isinstance(shown["workers"], list)
 

@@ -310,9 +310,9 @@ def test_the_workers_plain_statements_store_times_and_rows_as_the_orm_would():
     for stored in (completion.completed, ticket.issued):
         assert stored.utcoffset() == timedelta(0) and before <= stored <= after
     assert len(ticket.secret) >= 43 and ticket.name == "Plain Writer"
-    name, created = Registration.objects.stored([registration.pk])[registration.pk]
+    (name, seat), created = Registration.objects.stored([registration.pk])[registration.pk]
     # When it was stored, in seconds since the epoch (SQLite's julianday keeps milliseconds).
-    assert name == "Plain Writer" and abs(created - registration.created.timestamp()) < 0.002
+    assert (name, seat) == ("Plain Writer", "confirmed") and abs(created - registration.created.timestamp()) < 0.002
     assert activity(window=timedelta(hours=1), bucket_seconds=60).totals == (1, 1)
 
 
@@ -325,7 +325,7 @@ def test_on_postgresql_the_workers_statements_become_prepared_statements():
         pytest.skip("prepared statements are PostgreSQL's; bin/test runs this file on PostgreSQL too")
     registration = Registration.objects.create(name="Prepared Guest")
     for _ in range(6):
-        assert Registration.objects.stored([registration.pk])[registration.pk][0] == "Prepared Guest"
+        assert Registration.objects.stored([registration.pk])[registration.pk][0] == ("Prepared Guest", "confirmed")
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]

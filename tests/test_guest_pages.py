@@ -120,7 +120,13 @@ def test_a_wrong_or_missing_secret_is_a_404(client):
 def test_the_status_endpoint_needs_the_secret_and_says_when_the_ticket_is_ready(client, workers):
     registration = register_guest(name="Polling Guest")
     url = f"/registrations/{registration.code}/{registration.secret}/status.json"
-    assert client.get(url).json() == {"id": registration.code, "ready": False, "ticket_url": None}
+    assert client.get(url).json() == {
+        "id": registration.code,
+        "ready": False,
+        "ticket_url": None,
+        "state": "pending",
+        "place": None,
+    }
     assert client.get(url.replace(registration.secret, "x" * len(registration.secret))).status_code == 404
     workers.run()
     assert client.get(url).json()["ticket_url"] == f"/registrations/{registration.code}/{registration.secret}/ticket/"

@@ -2,10 +2,12 @@
 (the operations desk's pages are desk/views.py). Actions call the same
 services as the management commands; nothing here changes rows on its own."""
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
@@ -14,14 +16,17 @@ from tickets import contract
 from tickets.models import (
     Completion,
     DeliveryFailure,
+    Evening,
     ParkedDelivery,
     Redelivery,
     Registration,
     RejectedMessage,
+    Seat,
     StaffAction,
     Ticket,
     WorkerReport,
 )
+from tickets.services import seats
 from tickets.services.history import registration_history
 from tickets.services.reconcile import discard_parked, requeue_parked
 from tickets.services.registrations import (
@@ -76,10 +81,17 @@ class StateFilter(admin.SimpleListFilter):
             ("key_only", "key without ticket"),
             ("duplicates", "duplicate tickets"),
             ("parked", "parked"),
+            ("waiting", "waiting"),
+            ("cancelled", "cancelled"),
             ("rejected", "rejected deliveries"),
         ]
 
     def queryset(self, request, queryset):
+        if self.value() in ("waiting", "cancelled"):
+            return queryset.filter(seat=self.value())
+        if self.value() not in (None, "rejected"):
+            # The ticket states are those of a registration with a seat (one state each: the totals add up).
+            queryset = queryset.filter(seat=Seat.CONFIRMED)
         if self.value() == "pending":
             return queryset.filter(pk__in=pending_registrations().values("pk"))
         if self.value() == "parked":
@@ -141,10 +153,10 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
     list_filter = (StateFilter,)
     search_fields = ("name",)
     search_help_text = "Search by registration ID (R-0002) or guest name."
-    readonly_fields = ("code", "name", "created", "state", "deliveries", "history")
+    readonly_fields = ("code", "name", "created", "state", "promoted", "cancelled", "deliveries", "history")
     fields = readonly_fields
     inlines = (TicketInline, CompletionInline, ParkedInline, RejectedInline)
-    actions = ("retry_delivery", "repair_duplicate_tickets")
+    actions = ("retry_delivery", "repair_duplicate_tickets", "cancel_registrations")
     list_per_page = 100
     show_full_result_count = False  # COUNT(*) over 100,000 rows on every page is wasted work
     change_list_template = "admin/tickets/registration/change_list.html"
@@ -184,7 +196,7 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
 
     @admin.display(description="state")
     def state(self, obj):
-        state = describe_state(tickets=obj.ticket_count, completed=obj.completed, parked=obj.parked)
+        state = describe_state(tickets=obj.ticket_count, completed=obj.completed, parked=obj.parked, seat=obj.seat)
         return f"{state}, {obj.rejected_count} rejected deliveries" if obj.rejected_count else state
 
     @staticmethod
@@ -256,6 +268,106 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/tickets/registration/repair_confirm.html", context)
+
+    def has_cancel_permission(self, request) -> bool:
+        return request.user.has_perm("tickets.cancel_registration")
+
+    @admin.action(description="Cancel registrations (their seats go to the waiting list)", permissions=["cancel"])
+    def cancel_registrations(self, request, queryset):
+        """Show the plan and ask for a reason; cancel only when staff confirm."""
+        registrations = [r for r in queryset.order_by("pk")[:200] if r.seat != Seat.CANCELLED]
+        reason = request.POST.get("reason", "").strip()[:400]
+        if request.POST.get("confirm") == "cancel" and reason:
+            for registration in registrations:
+                try:
+                    done = seats.cancel_registration(registration=registration, actor=actor(request), reason=reason)
+                except NightjarError as error:
+                    self.message_user(request, str(error), messages.ERROR)
+                    continue
+                given = ", ".join(r.code for r in done.promoted)
+                self.message_user(
+                    request,
+                    f"{registration.code} cancelled" + (f"; its seat went to {given}." if given else "."),
+                    messages.SUCCESS,
+                )
+            return None
+        if request.POST.get("confirm") == "cancel":
+            self.message_user(request, "Give a reason for the cancellation; nothing was cancelled.", messages.ERROR)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Cancel registrations",
+            "lines": [f"{r.code} {r.name} ({r.get_seat_display()})" for r in registrations],
+            "reason": reason,
+            "selected": [r.pk for r in registrations],
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/tickets/registration/cancel_confirm.html", context)
+
+
+class EveningForm(forms.ModelForm):
+    # Text, so a capacity of "twenty" or "-5" gets seats.parse_capacity's sentence, not a generic one.
+    capacity = forms.CharField(
+        required=False,
+        max_length=20,
+        help_text="Seats for the evening. Empty: room for everyone. Raising it gives the new seats to the "
+        "waiting list in order; it cannot go below the seats taken.",
+    )
+
+    class Meta:
+        model = Evening
+        fields = ("capacity",)
+
+    def clean_capacity(self):
+        try:
+            capacity = seats.parse_capacity(self.cleaned_data["capacity"])
+        except NightjarError as error:
+            raise forms.ValidationError(str(error)) from None
+        if capacity is not None and capacity < (taken := seats.seats_taken()):
+            raise forms.ValidationError(
+                f"{taken} seats are taken, so the capacity cannot be {capacity}; "
+                f"choose at least {taken}, or cancel registrations first."
+            )
+        return capacity
+
+
+@admin.register(Evening)
+class EveningAdmin(admin.ModelAdmin):
+    """The capacity, changed through seats.set_capacity (the lock, the
+    refusal below the seats taken, the promotions, the staff trail)."""
+
+    form = EveningForm
+    list_display = ("__str__", "taken", "waiting")
+    readonly_fields = ("taken", "waiting")
+
+    def has_add_permission(self, request):
+        return False  # one evening (seats.locked_capacity makes its row)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="seats taken")
+    def taken(self, obj):
+        return seats.seats_taken()
+
+    @admin.display(description="waiting list")
+    def waiting(self, obj):
+        return Registration.objects.filter(seat=Seat.WAITING).count()
+
+    def save_model(self, request, obj, form, change):
+        try:
+            promoted = seats.set_capacity(capacity=obj.capacity, actor=actor(request))
+        except NightjarError as error:  # the form checked; the lock decided otherwise (a registration came in)
+            request.capacity_refused = str(error)
+            return
+        if promoted:
+            self.message_user(request, f"Seats given to {', '.join(r.code for r in promoted)}.", messages.SUCCESS)
+
+    def response_change(self, request, obj):
+        if refused := getattr(request, "capacity_refused", ""):
+            self.message_user(request, f"Capacity not changed: {refused}", messages.ERROR)
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
 
 
 @admin.register(Ticket)

@@ -95,6 +95,7 @@ class RegistrationsChannel(channel.Channel):
         return registrations.find_registration(code=label)
 
     def refuse_republish(self, intent, what):
+        registrations.refuse_without_seat(intent, what)
         registrations.refuse_ticket_without_key(intent, what)
 
     def record_staff_action(self, *, actor, action, intent, detail):

@@ -132,13 +132,19 @@ class Message(NamedTuple):
         return format_code(self.registration_id)
 
 
-def check_stored(message: Message, stored_name: str | None) -> None:
+def check_stored(message: Message, stored: tuple[str, str] | None) -> None:
     """A valid body is still not a repeat if its registration is unknown
-    (stored_name None) or stored under another name. Raises ContractError."""
-    if stored_name is None:
+    (stored None), stored under another name, or holds no seat (waiting, or
+    cancelled: a delivery published before the cancellation makes no ticket).
+    stored is (name, seat) as Registration.objects.stored reads it. Raises
+    ContractError."""
+    if stored is None:
         raise ContractError(f"There is no registration {message.code}.")
-    if stored_name != message.name:
+    name, seat = stored
+    if name != message.name:
         raise ContractError(f"The name does not match the stored registration {message.code}.")
+    if seat != "confirmed":
+        raise ContractError(f"{message.code} is {seat}: it holds no seat, so no ticket is made.")
 
 
 def encode(*, registration_id: int, name: str) -> bytes:

@@ -24,13 +24,22 @@ def new_secrets(count: int) -> list[str]:
     return [base64.urlsafe_b64encode(raw[i : i + 32]).rstrip(b"=").decode("ascii") for i in range(0, len(raw), 32)]
 
 
+class Seat(models.TextChoices):
+    """Where a registration stands for a seat (the design's "Seats")."""
+
+    CONFIRMED = "confirmed", "has a seat"  # its ticket is made, or will be (pending)
+    WAITING = "waiting", "waiting"  # stored when the evening was full; no delivery until promoted
+    CANCELLED = "cancelled", "cancelled"  # gave its seat (or its place) back; any ticket is void
+
+
 class RegistrationManager(models.Manager):
-    def stored(self, registration_ids) -> dict[int, tuple[str, float]]:
-        """{id: (stored name, created)} for those that exist, created in
-        seconds since the epoch (for the latency metric: a float the database
-        computes, where a timestamp read back would cost a Python parse per
-        row). One indexed lookup in plain SQL: the worker asks this for every
-        delivery or batch."""
+    def stored(self, registration_ids) -> dict[int, tuple[tuple[str, str], float]]:
+        """{id: ((stored name, seat), created)} for those that exist, created
+        in seconds since the epoch (for the latency metric: a float the
+        database computes, where a timestamp read back would cost a Python
+        parse per row). One indexed lookup in plain SQL: the worker asks this
+        for every delivery or batch, and the contract refuses a delivery of a
+        registration without a seat (contract.check_stored)."""
         ids = sorted(set(registration_ids))
         if not ids:
             return {}
@@ -39,15 +48,16 @@ class RegistrationManager(models.Manager):
             # One array parameter: PostgreSQL plans an IN list of 50 parameters
             # in ~3 ms, `= ANY(array)` in under 1 (bin/benchmark.py, batch rows).
             rows = execute(
-                f"SELECT id, name, EXTRACT(EPOCH FROM created)::float8 FROM {table} WHERE id = ANY(%s)", [ids]
+                f"SELECT id, name, seat, EXTRACT(EPOCH FROM created)::float8 FROM {table} WHERE id = ANY(%s)", [ids]
             )
         else:
             # Django stores UTC text; julianday reads it (to the millisecond).
             marks = ", ".join(["%s"] * len(ids))
             rows = execute(
-                f"SELECT id, name, (julianday(created) - 2440587.5) * 86400.0 FROM {table} WHERE id IN ({marks})", ids
+                f"SELECT id, name, seat, (julianday(created) - 2440587.5) * 86400.0 FROM {table} WHERE id IN ({marks})",
+                ids,
             )
-        return {pk: (name, created) for pk, name, created in rows}
+        return {pk: ((name, seat), created) for pk, name, seat, created in rows}
 
 
 class Registration(models.Model):
@@ -59,11 +69,17 @@ class Registration(models.Model):
     secret = models.CharField(max_length=64, default=new_secret, editable=False)
     # A re-sent form (double click, browser retry) finds its registration by this key.
     submission_key = models.CharField(max_length=64, null=True, blank=True, unique=True, editable=False)
+    # Seats are counted and the waiting list walked by this column (services/seats.py).
+    seat = models.CharField(max_length=10, choices=Seat.choices, default=Seat.CONFIRMED, db_index=True)
+    # When a waiting guest got a freed seat; audit's grace period runs from here (else from created).
+    promoted = models.DateTimeField(null=True, blank=True)
+    cancelled = models.DateTimeField(null=True, blank=True)
 
     objects = RegistrationManager()
 
     class Meta:
         ordering = ["id"]
+        permissions = [("cancel_registration", "Can cancel a registration (its seat goes to the waiting list)")]
 
     def __str__(self) -> str:
         return f"{self.code} {self.name}"
@@ -79,6 +95,20 @@ class Registration(models.Model):
     def secret_matches(self, candidate: str) -> bool:
         # Constant time, so response timing does not leak the secret.
         return hmac.compare_digest(self.secret.encode(), candidate.encode())
+
+
+class Evening(models.Model):
+    """The evening: one row (pk 1), its capacity. Changed only through
+    services/seats.py (the row is the lock every seat decision takes)."""
+
+    # None: room for everyone (the default, and the lab's).
+    capacity = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "evening"
+
+    def __str__(self) -> str:
+        return "The evening" + (f" ({self.capacity} seats)" if self.capacity is not None else " (room for everyone)")
 
 
 class TicketManager(models.Manager):

@@ -12,6 +12,7 @@ urlpatterns = [
     path("registrations/", views.registration_list, name="registration-list"),
     path("registrations/<str:code>/<str:secret>/", views.registration_detail, name="registration"),
     path("registrations/<str:code>/<str:secret>/status.json", views.registration_status, name="registration-status"),
+    path("registrations/<str:code>/<str:secret>/cancel/", views.registration_cancel, name="registration-cancel"),
     path("registrations/<str:code>/<str:secret>/ticket/", views.ticket_detail, name="ticket"),
     path("registrations/<str:code>/<str:secret>/ticket/download/", views.ticket_download, name="ticket-download"),
 ]

@@ -17,7 +17,8 @@ from nightjar.ratelimit import over_limit
 from nightjar_delivery.health import dependency_health
 from tickets import pdf
 from tickets.forms import EveningForm, new_submission_key
-from tickets.models import Registration
+from tickets.models import Registration, Seat
+from tickets.services import seats
 from tickets.services.registrations import SubmissionConflict, UnknownRegistration, find_registration, register_guest
 
 SESSION_KEY = "nightjar_registrations"
@@ -135,17 +136,62 @@ def registration_list(request):
 def registration_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
-    return render(request, "tickets/registration.html", {"registration": registration, "ticket": ticket})
+    return render(
+        request, "tickets/registration.html", {"registration": registration, "ticket": ticket, **seat_of(registration)}
+    )
+
+
+def seat_of(registration: Registration) -> dict:
+    """What the registration page says about the seat: waiting (and the
+    place), cancelled, or neither (it has a seat: the ticket as before)."""
+    return {
+        "waiting": registration.seat == Seat.WAITING,
+        "place": seats.waiting_place(registration),
+        "cancelled": registration.seat == Seat.CANCELLED,
+    }
 
 
 @require_GET
 def registration_status(request, code: str, secret: str):
     registration = guest_registration(code, secret)
-    ready = registration.tickets.exists()
+    seat = seat_of(registration)
+    ready = not seat["cancelled"] and not seat["waiting"] and registration.tickets.exists()
     ticket_url = reverse("ticket", args=[registration.code, registration.secret]) if ready else None
-    response = JsonResponse({"id": registration.code, "ready": ready, "ticket_url": ticket_url})
+    state = "cancelled" if seat["cancelled"] else "waiting" if seat["waiting"] else "ready" if ready else "pending"
+    response = JsonResponse(
+        {"id": registration.code, "ready": ready, "ticket_url": ticket_url, "state": state, "place": seat["place"]}
+    )
     response["Cache-Control"] = "no-store"
     return response
+
+
+def over_cancel_limit(request) -> bool:
+    """One client address's cancel POSTs this minute, past the registration form's limit."""
+    return over_limit(f"nightjar:cancels:{client_address(request)}", settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE)
+
+
+@require_http_methods(["GET", "POST"])
+@never_cache  # the secret is in the URL: no cache may keep the page
+def registration_cancel(request, code: str, secret: str):
+    """GET: ask ("Cancel your registration?"); POST (CSRF-checked): cancel.
+    The secret link is the authority, as for the ticket. A repeated POST
+    finds it cancelled already and says so; nothing changes twice."""
+    registration = guest_registration(code, secret)
+    if request.method == "POST":
+        if over_cancel_limit(request):
+            response = render(request, "tickets/too_many_cancels.html", {"registration": registration}, status=429)
+            response["Retry-After"] = "60"
+            return response
+        try:
+            seats.cancel_registration(registration=registration, actor=seats.GUEST_ACTOR)
+        except seats.AlreadyCancelled:
+            messages.info(request, "This registration was already cancelled.")
+        else:
+            messages.success(request, "Your registration is cancelled.")
+        return redirect(registration_url(registration))
+    if registration.seat == Seat.CANCELLED:
+        return redirect(registration_url(registration))
+    return render(request, "tickets/cancel.html", {"registration": registration, **seat_of(registration)})
 
 
 @require_GET
@@ -153,6 +199,12 @@ def registration_status(request, code: str, secret: str):
 def ticket_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
+    if registration.seat == Seat.CANCELLED:  # its ticket, if made, is void
+        messages.info(request, "This registration is cancelled; its ticket is no longer valid.")
+        return redirect(registration_url(registration))
+    if registration.seat == Seat.WAITING:
+        messages.info(request, "You are on the waiting list; there is no ticket yet.")
+        return redirect(registration_url(registration))
     if ticket is None:
         messages.info(request, "Your ticket is being prepared.")
         return redirect(registration_url(registration))
@@ -164,6 +216,8 @@ def ticket_detail(request, code: str, secret: str):
 def ticket_download(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
+    if registration.seat == Seat.CANCELLED:
+        raise Http404("This registration is cancelled; its ticket is no longer valid.")
     if ticket is None:
         raise Http404("The ticket is not ready yet.")
     response = HttpResponse(pdf.render(ticket), content_type="application/pdf")

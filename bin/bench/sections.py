@@ -514,20 +514,35 @@ def csrf_pair(port: int) -> tuple[str, str]:
     return cookie, token
 
 
+def full_evening(full: bool) -> None:
+    """A full evening (one seat, taken): every registration waits, the
+    waiting-list path (the evening's row lock, a count, no publish); else
+    room for everyone, the normal path."""
+    from tickets.services import seats
+
+    if full:
+        Registration.objects.create(name="Seat Holder")
+    seats.set_capacity(capacity=1 if full else None, actor="benchmark")
+
+
 def bench_web(rates: list[int], seconds: float, *, key: str = "web") -> None:
-    """The broker the settings name up, then a port where nothing listens."""
+    """The broker the settings name up, then the same on a full evening (every
+    registration waits), then a port where nothing listens."""
     broker, up_url = transport.name(), settings.NIGHTJAR_BROKER_URL
     down_url = f"redis://127.0.0.1:{free_port()}/0" if transport.kind() == "redis_streams" else None
-    for label, url in (("up", up_url), ("down", down_url or f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")):
-        say(f"Web path, {broker} {label} (gunicorn, POST /evening/, {seconds:.0f} s per rate)")
+    down_url = down_url or f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"
+    for label, url in (("up", up_url), ("full", up_url), ("down", down_url)):
+        shown = f"{broker} up, a full evening (the waiting list)" if label == "full" else f"{broker} {label}"
+        say(f"Web path, {shown} (gunicorn, POST /evening/, {seconds:.0f} s per rate)")
         held_runs = []
         table = {}
         for _ in range(RUNS):
             prepare(0)  # an empty database and queue, as in steady state
+            full_evening(label == "full")
             # A worker drains the queue as in production (its CPU counts too). In
             # batch mode it takes SQLite's write lock once per batch instead of
             # once per delivery, which is what keeps the web's p99 low.
-            workers = start_workers(1, "--batch", "50") if label == "up" else []
+            workers = start_workers(1, "--batch", "50") if label != "down" else []
             port = free_port()
             proc = start_gunicorn(port, url)
             try:
@@ -549,7 +564,7 @@ def bench_web(rates: list[int], seconds: float, *, key: str = "web") -> None:
                 proc.wait(timeout=30)
                 stop(workers)
             held_runs.append(held)
-        record(f"{key}_{label}_held_rate", f"highest rate held with p99 < 50 ms, {broker} {label}", held_runs, "req/s")
+        record(f"{key}_{label}_held_rate", f"highest rate held with p99 < 50 ms, {shown}", held_runs, "req/s")
         RESULTS[f"{key}_{label}_held_rate"]["p99_ms_by_rate"] = table
 
 

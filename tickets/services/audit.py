@@ -4,12 +4,14 @@ pairs) checked row by row."""
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, Max, OuterRef
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from nightjar_delivery import conf, transport
 from tickets import contract
-from tickets.models import Registration, Ticket
+from tickets.models import Registration, Seat, Ticket
+from tickets.services import seats
 from tickets.services.registrations import has_key, parked_without_ticket, pending_registrations
 
 
@@ -21,6 +23,8 @@ class AuditReport:
     parked: int = 0
     dead_lettered: int | None = None
     dead_lettered_error: str = ""
+    # Not a violation: tickets made before their registration was cancelled (void: no download, red at the door).
+    void_tickets: int = 0
 
     @property
     def passed(self) -> bool:
@@ -29,7 +33,10 @@ class AuditReport:
 
 def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> AuditReport:
     """Check the promise row by row: one ticket per completed registration,
-    keys and tickets in pairs, names that match, nothing pending for long.
+    keys and tickets in pairs, names that match, nothing pending for long
+    (counted from its seat: a promoted guest's clock starts at the promotion);
+    and the seats: no more confirmed than the capacity, nobody waiting ahead
+    of a guest confirmed after them.
     Each kind of violation lists at most `limit` IDs, then a count."""
     report = AuditReport(
         checked=Registration.objects.count(),
@@ -55,5 +62,14 @@ def audit_invariants(*, pending_older_than: float = 300, limit: int = 50) -> Aud
     )
     add("ticket name differs from the registration", mismatched.order_by("pk"))
     cutoff = timezone.now() - timedelta(seconds=pending_older_than)
-    add(f"pending for more than {pending_older_than:g} s", pending_registrations().filter(created__lt=cutoff))
+    seated_since = pending_registrations().annotate(since=Coalesce("promoted", "created"))
+    add(f"pending for more than {pending_older_than:g} s", seated_since.filter(since__lt=cutoff))
+    counts = seats.seat_counts()
+    if counts.capacity is not None and counts.confirmed > counts.capacity:
+        report.violations.append(f"more seats confirmed than the capacity: {counts.confirmed} of {counts.capacity}")
+    last_confirmed = Registration.objects.filter(seat=Seat.CONFIRMED).aggregate(last=Max("pk"))["last"]
+    if last_confirmed is not None:
+        skipped = Registration.objects.filter(seat=Seat.WAITING, pk__lt=last_confirmed).order_by("pk")
+        add("waiting ahead of a guest confirmed after them", skipped)
+    report.void_tickets = Registration.objects.filter(seat=Seat.CANCELLED, tickets__isnull=False).distinct().count()
     return report

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from nightjar_delivery import channel, conf, metrics, transport
 from tickets import contract
-from tickets.models import Completion, ParkedDelivery, Registration, Ticket
+from tickets.models import Completion, ParkedDelivery, Registration, Seat, Ticket
+from tickets.services import evening
 from tickets.services.staff import record_staff_action
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,13 @@ def refuse_ticket_without_key(registration: Registration, what: str) -> None:
         )
 
 
+def refuse_without_seat(registration: Registration, what: str) -> None:
+    """Guard of every path that publishes an existing registration: a waiting
+    or cancelled one holds no seat, and its delivery would make no ticket."""
+    if registration.seat != Seat.CONFIRMED:
+        raise NightjarError(f"{registration.code} is {registration.seat}: it holds no seat, so it is not {what}.")
+
+
 def publish_after_commit(registration: Registration) -> None:
     """The registration is already safe in the database, so a failed publish
     is logged and left for reconcile; the guest never sees an error for it."""
@@ -79,9 +87,13 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
     """
     name = contract.clean_name(name)
     try:
-        with transaction.atomic():
-            registration = Registration.objects.create(name=name, submission_key=submission_key or None)
-            transaction.on_commit(lambda: publish_after_commit(registration))
+        for attempt in (1, 2):
+            try:
+                registration = _register(name, submission_key)
+                break
+            except evening.CapacityChanged:
+                if attempt == 2:
+                    raise
     except IntegrityError:
         # The key is unique: this form was sent before (a double click, a
         # browser retry, or two copies racing). Return what the first made.
@@ -90,6 +102,18 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
             raise
         return _same_submission(existing, name)
     metrics.REGISTRATIONS.inc()
+    return registration
+
+
+def _register(name: str, submission_key: str | None) -> Registration:
+    """One transaction: the seat decision (under the evening's lock) and the
+    insert. Only a registration with a seat is published; a waiting one is
+    published when a freed seat promotes it."""
+    with transaction.atomic():
+        seat = evening.seat_for_newcomer()
+        registration = Registration.objects.create(name=name, submission_key=submission_key or None, seat=seat)
+        if seat == Seat.CONFIRMED:
+            transaction.on_commit(lambda: publish_after_commit(registration))
     return registration
 
 
@@ -106,6 +130,7 @@ def retry_registration(*, code: str, actor: str) -> Registration:
     """Publish a new delivery of an existing registration. Safe at any time:
     the worker makes no second ticket for a registration that has one."""
     registration = find_registration(code=code)
+    refuse_without_seat(registration, "retried")
     refuse_ticket_without_key(registration, "retried")
     publish_registration(registration)
     record_staff_action(actor=actor, action="retry", registration=registration, detail="Published a new delivery.")
@@ -133,10 +158,13 @@ def parked_without_ticket():
 
 
 def pending_registrations():
-    """Registrations that have no ticket and no completion key yet and are not
-    parked, oldest first. A ticket without its key is not pending: publishing
+    """Registrations that have a seat, no ticket and no completion key yet and
+    are not parked, oldest first (waiting and cancelled ones are never
+    published). A ticket without its key is not pending: publishing
     it again would make a second ticket (repair adds the key)."""
-    return Registration.objects.filter(~has_ticket(), ~has_key(), ~is_parked()).order_by("created", "id")
+    return Registration.objects.filter(~has_ticket(), ~has_key(), ~is_parked(), seat=Seat.CONFIRMED).order_by(
+        "created", "id"
+    )
 
 
 def pending_since(*, stored_before, after: Registration | None = None):

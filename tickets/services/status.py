@@ -9,7 +9,8 @@ from django.db.models import Count
 
 from nightjar_delivery import conf, health, transport
 from tickets import contract
-from tickets.models import ParkedDelivery, Registration, RejectedMessage, Ticket
+from tickets.models import ParkedDelivery, Registration, RejectedMessage, Seat, Ticket
+from tickets.services import seats
 from tickets.services.registrations import has_key, has_ticket, is_parked, parked_without_ticket, pending_registrations
 
 
@@ -22,7 +23,9 @@ class RegistrationState:
     completed: bool
 
 
-def describe_state(*, tickets: int, completed: bool, parked: bool = False) -> str:
+def describe_state(*, tickets: int, completed: bool, parked: bool = False, seat: str = Seat.CONFIRMED) -> str:
+    if seat != Seat.CONFIRMED:
+        return seat  # "waiting" or "cancelled": whatever tickets and keys it has, it holds no seat
     if tickets == 0:
         return "parked" if parked else "key without ticket" if completed else "pending"
     if tickets > 1:
@@ -38,7 +41,7 @@ def registration_states(limit: int | None = None) -> list[RegistrationState]:
             parked=is_parked(),
         )
         .order_by("id")
-        .values_list("id", "name", "ticket_count", "completed", "parked")
+        .values_list("id", "name", "ticket_count", "completed", "parked", "seat")
     )
     if limit is not None:
         rows = rows[:limit]
@@ -46,11 +49,11 @@ def registration_states(limit: int | None = None) -> list[RegistrationState]:
         RegistrationState(
             code=contract.format_code(pk),
             name=name,
-            state=describe_state(tickets=count, completed=completed, parked=parked),
+            state=describe_state(tickets=count, completed=completed, parked=parked, seat=seat),
             tickets=count,
             completed=completed,
         )
-        for pk, name, count, completed, parked in rows
+        for pk, name, count, completed, parked, seat in rows
     ]
 
 
@@ -69,24 +72,32 @@ class DeliveryStatus:
     broker: str = ""
     without_key: int = 0  # one ticket, no key
     key_only: int = 0  # a key, no ticket, not parked
+    waiting: int = 0  # no seat yet: on the waiting list
+    cancelled: int = 0  # gave the seat back (a ticket it has is void)
+    capacity: int | None = None  # None: room for everyone
 
 
 def delivery_status() -> DeliveryStatus:
     """Totals from the database, one per state (they add up to the
     registrations), and the queue depth from the broker (or why not)."""
-    per_registration = Registration.objects.annotate(ticket_count=Count("tickets"))
+    seated = Registration.objects.filter(seat=Seat.CONFIRMED)  # the ticket states are those of a seat
+    per_registration = seated.annotate(ticket_count=Count("tickets"))
     one_ticket = per_registration.filter(ticket_count=1)
     queue, queue_error = health.queue_status(conf.NIGHTJAR_QUEUE)
+    counts = seats.seat_counts()
     return DeliveryStatus(
         registrations=Registration.objects.count(),
         pending=pending_registrations().count(),
         issued=one_ticket.filter(has_key()).count(),
         without_key=one_ticket.filter(~has_key()).count(),
-        key_only=Registration.objects.filter(has_key(), ~has_ticket(), ~is_parked()).count(),
+        key_only=seated.filter(has_key(), ~has_ticket(), ~is_parked()).count(),
         duplicates=per_registration.filter(ticket_count__gt=1).count(),
+        waiting=counts.waiting,
+        cancelled=counts.cancelled,
+        capacity=counts.capacity,
         tickets=Ticket.objects.count(),
         rejected=RejectedMessage.objects.count(),
-        parked=parked_without_ticket().count(),
+        parked=parked_without_ticket().filter(seat=Seat.CONFIRMED).count(),
         waiting_for_staff=ParkedDelivery.objects.filter(resolution="").count(),
         queue=queue,
         queue_error=queue_error,

@@ -6,7 +6,8 @@ from tickets.services.audit import audit_invariants
 class Command(BaseCommand):
     help = (
         "Check Nightjar's invariants: at most one ticket per registration, completion keys and tickets in "
-        "pairs, ticket names equal to registration names, nothing pending for long. Exits 1 on any violation."
+        "pairs, ticket names equal to registration names, nothing pending for long, no more seats confirmed than "
+        "the capacity, nobody waiting ahead of a later confirmed guest. Exits 1 on any violation."
     )
 
     def add_arguments(self, parser):
@@ -26,6 +27,11 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Waiting for staff: {report.parked} parked (`parked`), {dead} dead-lettered not yet collected"
         )
+        if report.void_tickets:
+            self.stdout.write(
+                f"Void: {report.void_tickets} cancelled registrations hold a ticket made before the cancellation "
+                "(it no longer downloads; the door answers it red)"
+            )
         if not report.passed:
             raise CommandError(f"Audit failed: {len(report.violations)} kind(s) of violation.", returncode=1)
         self.stdout.write(f"Audit passed: {report.checked} registrations, every invariant holds.")

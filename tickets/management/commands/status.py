@@ -32,6 +32,9 @@ class Command(BaseCommand):
             f"duplicate tickets: {status.duplicates}  tickets: {status.tickets}  rejected messages: {status.rejected}"
         )
         self.stdout.write(f"Parked: {status.parked} ({status.waiting_for_staff} waiting for staff: see `parked`)")
+        if status.capacity is not None or status.waiting or status.cancelled:
+            # Only once seats matter: with room for everyone and nobody cancelled, the guides' output is unchanged.
+            self.stdout.write(seats_line(status))
         if status.queue is None:
             self.stdout.write(f"Queue: unknown ({status.queue_error})")
         else:
@@ -63,13 +66,21 @@ class Command(BaseCommand):
                 )
 
 
+def seats_line(status) -> str:
+    confirmed = status.registrations - status.waiting - status.cancelled
+    room = "room for everyone" if status.capacity is None else f"capacity {status.capacity}"
+    free = "" if status.capacity is None else f", {max(0, status.capacity - confirmed)} free"
+    return f"Seats: {room}, {confirmed} taken{free}  waiting: {status.waiting}  cancelled: {status.cancelled}"
+
+
 def as_json(limit: int | None) -> dict:
     """status --json, shape version 1 (new keys may be added; none renamed):
     {"version": 1,
      "registrations": [{"code", "name", "state", "tickets"}...]   (at most --limit),
      "totals": {"registrations", "pending", "issued", "ticket_without_its_key",
                 "key_without_ticket", "duplicate_tickets", "tickets", "rejected_messages",
-                "parked", "waiting_for_staff"},                     (integers, as the totals line)
+                "parked", "waiting_for_staff", "waiting", "cancelled"},  (integers, as the totals lines)
+     "capacity": the evening's seats, or null for room for everyone,
      "broker": "RabbitMQ at amqp://guest:***@...",                 (masked)
      "queue": {"ready", "unacked", "consumers", "dead", ...} or null,  (the broker's counts;
               Redis Streams adds "length" and "pending_per_consumer"; "unacked" may be null)
@@ -93,7 +104,10 @@ def as_json(limit: int | None) -> dict:
             "rejected_messages": status.rejected,
             "parked": status.parked,
             "waiting_for_staff": status.waiting_for_staff,
+            "waiting": status.waiting,
+            "cancelled": status.cancelled,
         },
+        "capacity": status.capacity,
         "broker": status.broker,
         "queue": status.queue,
         "queue_error": status.queue_error,

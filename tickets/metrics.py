@@ -1,0 +1,28 @@
+"""Prometheus gauges of the evening's seats, read from the database when the
+desk's /metrics is scraped (nightjar_delivery/metrics.py adds them beside the
+registration gauges; TicketsConfig.ready registers this collector)."""
+
+from prometheus_client.core import GaugeMetricFamily
+
+from tickets.services.seats import seat_counts
+
+
+class SeatCollector:
+    def collect(self):
+        counts = seat_counts()
+        yield GaugeMetricFamily(
+            "nightjar_seats_capacity",
+            "The evening's capacity in seats (-1: room for everyone).",
+            value=-1 if counts.capacity is None else counts.capacity,
+        )
+        yield GaugeMetricFamily(
+            "nightjar_registrations_confirmed", "Registrations holding a seat.", value=counts.confirmed
+        )
+        yield GaugeMetricFamily(
+            "nightjar_registrations_waiting", "Registrations on the waiting list.", value=counts.waiting
+        )
+        yield GaugeMetricFamily(
+            "nightjar_registrations_cancelled",
+            "Registrations cancelled (by the guest or staff).",
+            value=counts.cancelled,
+        )
