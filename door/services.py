@@ -14,7 +14,7 @@ from django.utils.crypto import salted_hmac
 
 from door.models import MAX_PAYLOAD, CheckIn, Scan, TicketDigest, digest
 from nightjar_delivery.codec import storable_text
-from tickets.models import Registration, Ticket
+from tickets.models import Registration, Seat, Ticket
 from tickets.services.registrations import NightjarError
 from tickets.services.staff import record_staff_action
 
@@ -170,7 +170,7 @@ def replaced(row: TicketDigest) -> Verdict:
 
 
 def judge_ticket(ticket: Ticket) -> Verdict:
-    if ticket.registration.seat == "cancelled":  # tickets' Seat.CANCELLED: its seat went back, the ticket is void
+    if ticket.registration.seat == Seat.CANCELLED:  # its seat went back: the ticket is void
         return Verdict(
             Scan.RED, "Cancelled", f"{ticket.registration.code} was cancelled; its ticket {ticket.number} is void."
         )
@@ -395,6 +395,8 @@ def valid_digests() -> dict:
         .filter(n__gt=1)
         .values_list("registration_id", flat=True)
     )
+    # Cancelled registrations' tickets are void: an offline door judges them red, as the server does.
+    duplicated |= set(Registration.objects.filter(seat=Seat.CANCELLED).values_list("pk", flat=True))
     checked_in = set(CheckIn.objects.values_list("ticket_id", flat=True))
     valid, inside = [], []
     for sha256, ticket_id, registration_id in TicketDigest.objects.filter(ticket__isnull=False).values_list(
@@ -407,11 +409,13 @@ def valid_digests() -> dict:
     return {"valid": valid, "checked_in": inside, "numbers": numbers}
 
 
-def offline_numbers(duplicated: set, checked_in: set) -> dict[str, str]:
+def offline_numbers(refused: set, checked_in: set) -> dict[str, str]:
     """What a typed number names, for a door offline: {"T-0004": "valid" |
     "checked_in", "R-0004": ...} — only tickets it may admit or has seen in,
     as the server judges a typed number (a registration by its first ticket;
-    none for a registration with duplicate tickets). Numbers are no secret."""
+    none for a registration the server refuses: duplicate tickets, or
+    cancelled). Numbers are no secret."""
+    duplicated = refused
     numbers, first = {}, {}
     for pk, registration_id in Ticket.objects.order_by("issued", "id").values_list("pk", "registration_id"):
         first.setdefault(registration_id, pk)

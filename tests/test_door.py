@@ -366,3 +366,15 @@ def catch(call):
         return call()
     except Exception as error:  # noqa: BLE001 (the caller looks at what it was)
         return error
+
+
+@pytest.mark.fast
+def test_an_offline_door_judges_a_cancelled_registration_s_ticket_red_as_the_server_does():
+    from tickets.models import Seat
+
+    ticket = mina()
+    Registration.objects.filter(pk=ticket.registration_id).update(seat=Seat.CANCELLED)
+    listed = services.valid_digests()
+    assert services.digest(ticket.secret) not in listed["valid"] + listed["checked_in"]
+    assert ticket.number not in listed["numbers"] and ticket.registration.code not in listed["numbers"]
+    assert services.judge(ticket.secret).sentence == "Cancelled"
