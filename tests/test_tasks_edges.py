@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from nightjar_delivery import channel, transport
 from nightjar_delivery import reconcile as engine
 from nightjar_delivery.codec import ContractError
-from nightjar_delivery.worker import Worker
-from nightjar_tasks import enqueue_once, messages, publishing, runner
+from nightjar_tasks import enqueue_once, messages, publishing
 from nightjar_tasks.backend import EnqueueKeyConflict
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord, TaskRejectedMessage
 from tests import task_functions as tasks
+from tests.test_tasks_fast import drain, ready  # the worker loop in this process; a queue's ready count
 
 HUGE = b'{"path": "tests.task_functions.add", "task": 99999999999999999999999999999}'
 
@@ -42,21 +42,6 @@ def tasks_channel(settings):
 @pytest.fixture
 def worker_env(worker_env, settings):
     return {**worker_env, "NIGHTJAR_TASKS_QUEUE": settings.NIGHTJAR_TASKS_QUEUE}
-
-
-def drain(batch: int | None = None) -> str:
-    out = io.StringIO()
-    worker = Worker(handler=runner.handle, stdout=out, batch=batch)
-    worker.connect()
-    try:
-        worker.drain()
-    finally:
-        worker.close()
-    return out.getvalue()
-
-
-def ready(queue) -> int:
-    return transport.queue_counts(queue)["ready"]
 
 
 def lost_publish(task, *args) -> TaskRecord:
