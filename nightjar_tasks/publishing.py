@@ -2,15 +2,12 @@
 engine's NIGHTJAR_BROKER_TIMEOUT; a task that could not be published stays
 READY in its row and reconcile publishes it later."""
 
-import logging
-
 from django.utils import timezone
 
-from nightjar_delivery import metrics, transport
+from nightjar_delivery import channel, transport
+from nightjar_delivery.reconcile import publish_after_commit as engine_publish_after_commit
 from nightjar_tasks import conf, messages
 from nightjar_tasks.models import TaskRecord
-
-logger = logging.getLogger(__name__)
 
 
 def publish(record: TaskRecord) -> None:
@@ -24,12 +21,8 @@ def publish(record: TaskRecord) -> None:
 
 def publish_after_commit(record: TaskRecord) -> None:
     """The task is safe in its row, so a failed publish is logged and left
-    for reconcile; enqueue() returns all the same."""
-    try:
-        publish(record)
-    except transport.BrokerError as error:
-        metrics.PUBLISHES_FAILED.inc()
-        logger.warning("Task %s stored but not published; reconcile will publish it: %s", record.pk, error)
+    for reconcile (the engine's publish_after_commit); enqueue() returns all the same."""
+    engine_publish_after_commit(channel.get(conf.channel_name(record.queue_name)), record)
 
 
 def mark_published(records: list[TaskRecord]) -> None:

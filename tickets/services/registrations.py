@@ -10,6 +10,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from nightjar_delivery import channel, conf, metrics, transport
+from nightjar_delivery.reconcile import publish_after_commit as engine_publish_after_commit
 from tickets import contract
 from tickets.models import Completion, ParkedDelivery, Registration, Seat, Ticket
 from tickets.services import evening
@@ -71,12 +72,9 @@ def refuse_without_seat(registration: Registration, what: str) -> None:
 
 def publish_after_commit(registration: Registration) -> None:
     """The registration is already safe in the database, so a failed publish
-    is logged and left for reconcile; the guest never sees an error for it."""
-    try:
-        publish_registration(registration)
-    except transport.BrokerError as error:
-        metrics.PUBLISHES_FAILED.inc()
-        logger.warning("%s stored but not published; reconcile will publish it: %s", registration.code, error)
+    is logged and left for reconcile (the engine's publish_after_commit); the
+    guest never sees an error for it."""
+    engine_publish_after_commit(channel.get("registrations"), registration)  # tickets/channel.py's name
 
 
 def register_guest(*, name: str, submission_key: str | None = None) -> Registration:
