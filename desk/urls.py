@@ -1,7 +1,8 @@
 from django.urls import path
 
-from desk import views
+from nightjar_delivery import views as engine_views
 
 urlpatterns = [
-    path("metrics", views.metrics_view, name="metrics"),
+    # The engine's metrics view, for staff who may view registrations (or the scrape token).
+    path("metrics", engine_views.metrics, {"permission": "tickets.view_registration"}, name="metrics"),
 ]

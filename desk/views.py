@@ -8,17 +8,14 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
 
 from desk import charts
 from door.services import arrivals
-from nightjar_delivery import metrics, transport
+from nightjar_delivery import transport
 from nightjar_delivery.health import describe_replicas
 from nightjar_tasks import summary as tasks_summary
 from tickets.admin import actor
@@ -183,20 +180,3 @@ def desk_arrivals(*, hour: timedelta = timedelta(hours=1), listed: int = 10) -> 
             summary=f"{sum(per_minute):,} check-ins in the last hour; {seen.checked_in:,} of {seen.expected:,} in all.",
         ),
     }
-
-
-@require_GET
-@never_cache
-def metrics_view(request):
-    """Prometheus scrapes: staff signed in who may view registrations, or
-    `Authorization: Bearer` with NIGHTJAR_METRICS_TOKEN. Anyone else gets 403
-    and no numbers."""
-    staff = request.user.is_staff and request.user.has_perm("tickets.view_registration")
-    if not staff and not metrics.token_matches(request.headers.get("Authorization", "")):
-        return HttpResponse(
-            "Metrics are for staff who may view registrations: sign in to the admin, or send Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>.\n",
-            status=403,
-            content_type="text/plain; charset=utf-8",
-        )
-    body, content_type = metrics.exposition(desk=True)
-    return HttpResponse(body, content_type=content_type)

@@ -81,20 +81,13 @@ HANDLED, REJECTED, FAILED, HANDED_BACK = (
 
 
 class DeskCollector:
-    """Gauges read when scraped: pending and parked registrations, and the
-    queue as the broker reports it (nightjar_broker_up 0 when it does not answer)."""
+    """Gauges read when scraped: the current channel's queue as the broker
+    reports it (nightjar_broker_up 0 when it does not answer). A user's own
+    gauges (tickets: pending and parked registrations; tasks: per task path)
+    come from the collectors it adds (add_desk_collector)."""
 
     def collect(self):
-        gauges = channel.current().gauges()
-        yield GaugeMetricFamily(
-            "nightjar_registrations_pending",
-            "Registrations without a ticket or its key, not parked.",
-            value=gauges["pending"],
-        )
-        yield GaugeMetricFamily(
-            "nightjar_registrations_parked", "Registrations parked for staff.", value=gauges["parked"]
-        )
-        queue = gauges["queue"]
+        queue = channel.current().gauges()["queue"]
         yield GaugeMetricFamily("nightjar_broker_up", "1 when the broker answered this scrape.", value=int(bool(queue)))
         if queue:
             for key, help_text in (
@@ -107,8 +100,8 @@ class DeskCollector:
                     yield GaugeMetricFamily(f"nightjar_queue_{key}", help_text, value=queue[key])
 
 
-# Scrape-time collectors of the engine's other users (nightjar_tasks: per
-# task path), read from the database with the desk's gauges above.
+# Scrape-time collectors of the engine's users (tickets: registrations and
+# seats; nightjar_tasks: per task path), read from the database with the queue's gauges above.
 DESK_COLLECTORS: list = []
 
 

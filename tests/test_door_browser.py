@@ -234,7 +234,7 @@ def test_a_phone_without_camera_offline_for_250_scans_sends_every_one_and_a_stal
 
         context.set_offline(True)
         expect(status).to_contain_text("offline — no camera", timeout=10_000)
-        page.locator("#ticket-number").fill(typed_ticket.number)
+        page.locator("#ticket-number").fill(typed_ticket.number.replace("T-", "t-0"))  # t-00NN: the server reads T-00NN
         page.get_by_role("button", name="Check in").click()
         expect(page.locator("#sentence")).to_have_text("Welcome")  # by the list's numbers, as the server judges
         page.locator("#ticket-number").fill("T-99999")
@@ -281,6 +281,14 @@ def test_a_phone_without_camera_offline_for_250_scans_sends_every_one_and_a_stal
         arrivals = context.new_page()
         arrivals.goto(site + "/door/arrivals/")
         arrivals_violations = axe_violations(arrivals)
+        # Signing out (the admin's "Log out") leaves the phone without the list of tickets.
+        page.reload()  # a fresh token: the list is loaded again
+        page.wait_for_function("window.doorListLoaded === true")
+        assert page.evaluate("localStorage.getItem('nightjar-door-list')") is not None
+        arrivals.goto(site + "/admin/")
+        arrivals.get_by_role("button", name="Log out").click()
+        expect(arrivals.get_by_text("Logged out")).to_be_visible()
+        assert arrivals.evaluate("localStorage.getItem('nightjar-door-list')") is None
         context.close()
 
     assert arrivals_violations == []

@@ -4,7 +4,22 @@ registration gauges; TicketsConfig.ready registers this collector)."""
 
 from prometheus_client.core import GaugeMetricFamily
 
+from tickets.services.registrations import parked_without_ticket, pending_registrations
 from tickets.services.seats import seat_counts
+
+
+class RegistrationCollector:
+    """Pending and parked registrations (the registrations channel's gauges)."""
+
+    def collect(self):
+        yield GaugeMetricFamily(
+            "nightjar_registrations_pending",
+            "Registrations without a ticket or its key, not parked.",
+            value=pending_registrations().count(),
+        )
+        yield GaugeMetricFamily(
+            "nightjar_registrations_parked", "Registrations parked for staff.", value=parked_without_ticket().count()
+        )
 
 
 class SeatCollector:

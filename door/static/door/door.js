@@ -42,6 +42,7 @@
   let busy = false;
   let scanning = false;
   let signedOut = false;
+  let slowedUntil = 0; // the server answered 429: the sync waits until then
   let fade = null;
 
   function newId() {
@@ -75,6 +76,11 @@
   function showWaiting() {
     const waiting = load(QUEUE, []).length;
     const queued = waiting ? plural(waiting, "scan", "scans") + " waiting to be sent" : "";
+    if (!signedOut && Date.now() < slowedUntil && waiting) {
+      status.className = "status";
+      status.textContent = "online — " + queued + ": the server asked to wait a minute";
+      return;
+    }
     if (signedOut) {
       status.className = "status signed-out";
       status.textContent =
@@ -223,7 +229,8 @@
     if (scan.typed) {
       const typedNumber = TYPED.exec(scan.code.trim());
       if (typedNumber) {
-        number = (typedNumber[1] || "T").toUpperCase() + "-" + typedNumber[2].padStart(4, "0");
+        // As the server reads it: "T-00004" and "4" are T-0004.
+        number = (typedNumber[1] || "T").toUpperCase() + "-" + String(parseInt(typedNumber[2], 10)).padStart(4, "0");
         state = (list.numbers || {})[number] || null;
       }
     } else if (hash) {
@@ -272,7 +279,7 @@
   // scan's answer: it leaves the queue unless the server says to send it again.
   let syncing = false;
   async function sync() {
-    if (syncing || signedOut || !navigator.onLine) return;
+    if (syncing || signedOut || !navigator.onLine || Date.now() < slowedUntil) return;
     syncing = true;
     try {
       let sentAll = false;
@@ -281,6 +288,7 @@
         if (!queue.length) break;
         const chunk = queue.slice(0, CHUNK).map(({ number, ...scan }) => scan);
         const reply = await post(root.dataset.syncUrl, { scans: chunk });
+        if (reply.status === 429) slowedUntil = Date.now() + 60000;
         if (refusedAsSignedOut(reply.status) || reply.status === 429 || reply.status >= 500) break;
         let answers = reply.data.answers;
         if (reply.status !== 200 || !Array.isArray(answers)) answers = await oneByOne(chunk);
@@ -289,6 +297,7 @@
         save(QUEUE, load(QUEUE, []).filter((scan) => !done.has(scan.scan_id)));
         window.doorSynced = (window.doorSynced || 0) + done.size;
         reportConflicts(answers);
+        if (answers.some((a) => a.retry)) slowedUntil = Date.now() + 60000; // past the limit, or not recorded now
         if (!done.size || answers.some((a) => a.retry)) break; // the rest waits for the next round
         sentAll = queue.length <= CHUNK;
       }
