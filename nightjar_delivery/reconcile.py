@@ -137,10 +137,10 @@ def _collect_one(user: Channel, delivery: transport.Delivery, report: CollectRep
             recording.record_rejection(delivery=delivery, reason=str(error), user=user)
         report.rejected += 1
         return None
-    if user.settled(key):
-        report.dropped += 1
-        return None
     mine = {user.intent_field: key}
+    if user.settled(key) or user.parked_model.objects.holding().filter(**mine).exists():
+        report.dropped += 1  # done, or parked already (one parked record per intent): nothing to collect
+        return None
     failure = user.failure_model.objects.filter(**mine).first()  # the newest
     automatic = user.parked_model.objects.filter(**mine, resolved_by=SYSTEM_ACTOR).count()
     intent = user.intent_model.objects.get(pk=key)

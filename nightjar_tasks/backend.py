@@ -37,9 +37,15 @@ def stored_arguments(args, kwargs) -> tuple[list, dict]:
     IntegrityError that would break the caller's transaction)."""
     args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
     try:
-        json.dumps([args, kwargs], allow_nan=False)
+        text = json.dumps([args, kwargs], allow_nan=False)
     except ValueError:
         raise ValueError("A task's arguments must be JSON: NaN and infinity are not.") from None
+    try:
+        json.dumps([args, kwargs], ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("A task's arguments must be storable text: a lone surrogate is not.") from None
+    if "\\u0000" in text:  # PostgreSQL's jsonb refuses NUL in a string (a DataError in the caller's transaction)
+        raise ValueError("A task's arguments must be storable text: NUL is not.")
     return args, kwargs
 
 

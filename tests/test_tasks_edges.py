@@ -154,12 +154,12 @@ def test_a_task_whose_code_is_gone_fails_at_once_with_its_import_error(tasks_cha
 # -- enqueue --
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "nul\x00", "lone \ud800", {"k": ["\x00"]}])
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.fast
 def test_enqueue_refuses_nan_and_infinity_before_any_sql(value, tasks_channel):
     with transaction.atomic():
-        with pytest.raises(ValueError, match="NaN and infinity"):
+        with pytest.raises(ValueError, match="NaN and infinity|storable text"):
             tasks.add.enqueue(value, 1)
         Group.objects.create(name="the caller's own write")  # its transaction is unharmed
     assert Group.objects.filter(name="the caller's own write").exists()
@@ -431,3 +431,14 @@ def test_the_engine_s_commands_speak_the_tasks_channel_s_words_not_the_tickets(t
     text = "\n".join(printed)
     assert f"Discarded task {parked.pk}: it stays parked, without its result." in text
     assert "registration" not in text.lower() and "ticket" not in text.lower(), text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_a_dead_letter_of_a_task_parked_already_adds_no_second_parked_record(tasks_channel):
+    parked = parked_task("parked-once")
+    TaskRecord.objects.filter(pk=parked.pk).update(status=TaskResultStatus.READY)  # (not settled: READY again)
+    transport.publish_raw([messages.encode(parked.pk, parked.task_path)], dead=True, queue=tasks_channel.queue)
+    report = engine.collect_dead_letters(tasks_channel)
+    assert (report.dropped, report.parked, report.requeued) == (1, [], [])
+    assert TaskParked.objects.filter(task=parked).count() == 1
