@@ -208,7 +208,7 @@ def test_lab_start_step_writes_that_steps_handler_and_leaves_the_data(learner):
     assert handlers.handler_file().read_text() == lab.STEP_FILES[2].read_text()
     jumped = learner.manage("lab", "start", "--step", "3", "--force")
     assert jumped.returncode == 0, jumped.stderr
-    assert "Data: your registrations are not changed" in jumped.stdout
+    assert "Data: not changed: Mina Patel (R-0001) only; the next guest you register gets R-0002." in jumped.stdout
     assert handlers.handler_file().read_text() == lab.STEP_FILES[3].read_text()
     assert Registration.objects.count() == 1  # Mina Patel only: no data was set up
     assert "invalid choice: 4" in learner.manage("lab", "start", "--step", "4", "--force").stderr
