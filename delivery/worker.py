@@ -394,6 +394,11 @@ class Worker:
         takes its neighbours down with it); return what failed, with its
         error. Broker errors propagate."""
         batch = self.batch and not one_by_one
+        if batch and len(work) > 1 and any(delivery.redelivered for delivery in work):
+            return self.each_alone(work)  # a worker may have died on one of them: see watch_for_death
+        started = self.watch_for_death(work[0]) if len(work) == 1 and work[0].redelivered else None
+        if started is False:
+            return []  # parked: its deaths (or failures) reached the limit
         try:
             self.process(work, batch=bool(batch))  # outside batch mode (or one by one), a batch of one
             return []
@@ -402,14 +407,9 @@ class Worker:
         except Exception as error:
             if batch and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
-                # Each ack sent at once, for its own tag: a deferred multiple=True ack
-                # would also cover a failed neighbour not yet handed back.
-                flush, self.flush_acks = self.flush_acks, True
-                try:
-                    return [failure for delivery in work for failure in self.try_process([delivery], one_by_one=True)]
-                finally:
-                    self.flush_acks = flush
+                return self.each_alone(work)
             delivery = work[0]
+            started = recording.forget_started(started, user=self.channel)  # a failure, not a death
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
             self.connections_suspect = True
@@ -418,6 +418,34 @@ class Worker:
             if self.park_if_failed_too_often(delivery):
                 return []
             return [(delivery, error)]
+        finally:
+            # Still alive (done, failed, interrupted): nothing to charge.
+            recording.forget_started(started, user=self.channel)
+
+    def each_alone(self, work: list[transport.Delivery]) -> list[tuple[transport.Delivery, Exception]]:
+        """A batch's deliveries one at a time, each in a transaction of its own.
+        Each ack sent at once, for its own tag: a deferred multiple=True ack
+        would also cover a failed neighbour not yet handed back."""
+        flush, self.flush_acks = self.flush_acks, True
+        try:
+            return [failure for delivery in work for failure in self.try_process([delivery], one_by_one=True)]
+        finally:
+            self.flush_acks = flush
+
+    def watch_for_death(self, delivery: transport.Delivery) -> int | None | bool:
+        """Before a redelivered delivery runs: a worker may have died on it
+        (os._exit, a segfault, the OOM killer), and the broker returns every
+        delivery the dead worker held, not only the one it was running. So a
+        redelivery runs alone, after a committed "started" failure record
+        (recording.record_started) that only its own death leaves behind: the
+        culprit's deaths add up to Nightjar's delivery limit and it alone is
+        parked, its neighbours run. A first delivery pays nothing (the hot
+        path); a death on one costs one more run before it is counted.
+        Returns the record's id (None: not recorded), or False when the
+        delivery was parked instead of run."""
+        if self.park_if_failed_too_often(delivery):
+            return False
+        return recording.record_started(delivery=delivery, worker=self.name, user=self.channel)
 
     def park_if_failed_too_often(self, delivery: transport.Delivery) -> bool:
         """Nightjar's own delivery limit (recording.park_after_failures): the

@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.models import TaskParked, TaskRecord
 from tests import task_functions as tasks
 from tests.conftest import TRANSPORT
 from tests.helpers import until
@@ -67,3 +68,33 @@ def test_a_live_worker_keeps_its_delivery_while_a_long_body_runs(workers, worker
     assert runs.read_text().splitlines() == ["slow"]  # one run
     assert not any("redelivered=True" in output for output in outputs), "\n---\n".join(outputs)  # no redelivery
     assert not any("unavailable" in output for output in outputs), "\n---\n".join(outputs)  # never cut off
+
+
+def test_a_worker_death_is_charged_only_to_the_task_it_was_running(workers, worker_env, settings):
+    """One task that kills its worker (os._exit) enqueued before five
+    ordinary ones, the worker serving with prefetch 10 and restarted after
+    each death as systemd's Restart=always would: the culprit alone is parked
+    after Nightjar's own delivery limit, the five run."""
+    settings.NIGHTJAR_DELIVERY_LIMIT = 2  # the queue is declared with it at the first enqueue
+    env = {**worker_env, "NIGHTJAR_DELIVERY_LIMIT": "2", "NIGHTJAR_CONSUMER_NAME": "restarted"}
+    culprit = tasks.die.enqueue(1)
+    innocents = [tasks.add.enqueue(n, n) for n in range(5)]
+
+    def settled() -> bool:
+        done = TaskRecord.objects.filter(pk__in=[r.id for r in innocents], status=TaskResultStatus.SUCCESSFUL)
+        return done.count() == 5 and TaskParked.objects.holding().filter(task_id=culprit.id).exists()
+
+    deaths = 0
+    while True:
+        worker = workers.start(*TASKS, "--serve", "--prefetch", "10", "--reconcile-every", "1", env=env)
+        until(lambda: worker.proc.poll() is not None or settled(), timeout=60, what="a death or the end")  # noqa: B023
+        if worker.proc.poll() is None:
+            break
+        deaths += 1
+        assert deaths <= 2 * 2 + 2, f"{deaths} deaths and still not settled:\n" + worker.finish()[1]
+    worker.signal(signal.SIGTERM)
+    assert worker.finish()[0] == 0
+    assert TaskRecord.objects.get(pk=culprit.id).status != TaskResultStatus.SUCCESSFUL
+    assert [p.task_id for p in TaskParked.objects.holding()] == [int(culprit.id)]  # the culprit alone
+    assert "The worker died while handling it" in TaskParked.objects.holding().get().reason
+    print(f"{deaths} worker deaths; parked: the culprit alone; the 5 others SUCCESSFUL")

@@ -215,7 +215,10 @@ class Consumer:
         try:
             if self._read_own_pending:
                 self.flush_acks()  # first: a read of our own pending list must not see what is done
-                entries = self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=count)
+                # One at a time: the worker may have died on one of them, and each read
+                # counts a delivery of every entry it returns (the dead-letter backstop's
+                # count): its neighbours must not be charged for the culprit's deaths.
+                entries = self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=1)
                 own = self._deliveries(entries, redelivered=True)
                 if own:
                     return own
