@@ -24,6 +24,23 @@ from delivery.codec import ContractError
 
 logger = logging.getLogger(__name__)
 
+# Set when the worker's own SIGINT/SIGTERM handler raised KeyboardInterrupt:
+# a handler tells a real Ctrl+C from a body that raised KeyboardInterrupt
+# itself (interrupted_by_signal), which is only that body's failure.
+_signalled = False
+
+
+def interrupted_by_signal() -> bool:
+    """Whether the KeyboardInterrupt under way came from a signal the worker was sent."""
+    return _signalled
+
+
+def _interrupted() -> None:
+    global _signalled
+    _signalled = True
+    raise KeyboardInterrupt
+
+
 # After a failed delivery, wait this long before handing it back, so a worker
 # facing a locked or unavailable database does not spin through redeliveries.
 RETRY_PAUSE = 2.0
@@ -542,10 +559,15 @@ class Worker:
             else:
                 time.sleep(0.2)
 
+    def install_interrupt_handler(self) -> None:
+        """Outside service mode: Ctrl+C raises KeyboardInterrupt wherever the
+        worker is, as Python's own handler does, but says it was a signal."""
+        signal.signal(signal.SIGINT, lambda signum, frame: _interrupted())
+
     def install_signal_handlers(self) -> None:
         def stop(signum, frame):
             if self.pause is not None and self.pause.waiting:
-                raise KeyboardInterrupt  # Ctrl+C at a checkpoint: leave now, unacked.
+                _interrupted()  # Ctrl+C at a checkpoint: leave now, unacked.
             if not self.shutdown:
                 self.say(f"{signal.Signals(signum).name} received; finishing the current delivery, then stopping.")
             self.shutdown = True

@@ -7,7 +7,9 @@ value, times and worker id. Only after the commit, ack. Killed before or
 inside: nothing was written, the broker redelivers. Killed after the commit:
 the redelivery finds the key and only acks.
 
-A body that raises is rolled back; then the failure is recorded (traceback,
+A body that raises (anything: SystemExit and KeyboardInterrupt included,
+limits.own_failure) or runs past its time limit (limits.Limit) is rolled
+back; then the failure is recorded (traceback,
 worker id, attempts) and the task retried after its backoff (reconcile
 publishes it when due), or, at its limit, FAILED and parked for staff.
 
@@ -35,6 +37,7 @@ from delivery.checkpoints import checkpoint
 from delivery.codec import storable_text
 from delivery.recording import record_rejection
 from nightjar_tasks import backend as backends
+from nightjar_tasks import limits
 from nightjar_tasks.compat import (
     TaskContext,
     TaskResultStatus,
@@ -284,11 +287,13 @@ def _claim(connection, pk: int) -> tuple[TaskRecord, bool]:
     return _record(connection, rows[0][:-1]), rows[0][-1]
 
 
-def _call(task, result):
+def _call(task, result, record: TaskRecord, alias: str):
+    """The body, within its time limit."""
     args, kwargs = result.args, result.kwargs
-    if task.takes_context:
-        return task.call(TaskContext(task_result=result), *args, **kwargs)
-    return task.call(*args, **kwargs)
+    with limits.Limit(limits.seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
+        if task.takes_context:
+            return task.call(TaskContext(task_result=result), *args, **kwargs)
+        return task.call(*args, **kwargs)
 
 
 def _insert_key(task_id: int, connection=None) -> bool:
@@ -326,7 +331,7 @@ def handle(message, ack, pause=None):
             if owned:
                 task, result = _running(record, started, me)
                 task_started.send_robust(SENDER, task_result=result)
-                value = normalize_json(_call(task, result))
+                value = normalize_json(_call(task, result, record, db.alias))
                 sql.refuse_marked_for_rollback(db.alias)  # (a caught database error: nothing would commit)
                 checkpoint(pause, "inside-transaction")
                 done = _mark_done(db, record, value, started)
@@ -335,13 +340,13 @@ def handle(message, ack, pause=None):
             task, result = _running(record, started, me)
             if not TaskCompletion.objects.filter(task_id=record.pk).exists():
                 task_started.send_robust(SENDER, task_result=result)
-                value = normalize_json(_call(task, result))
+                value = normalize_json(_call(task, result, record, db.alias))
                 checkpoint(pause, "inside-transaction")
                 with transaction.atomic(using=db.alias):
                     done = _insert_key(record.pk, db) and _mark_done(db, record, value, started)
-    except Exception as error:
-        if task is None:
-            raise  # not the task's failure (its row could not be read or claimed, or its path not imported)
+    except BaseException as error:
+        if task is None or not limits.own_failure(error):
+            raise  # not the task's failure (its row could not be read or claimed, or its path not imported; Ctrl+C)
         failed = _record_failure(record, error, started, me)
         checkpoint(pause, "after-commit")
         ack()
@@ -561,8 +566,10 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             try:
                 with each:
                     task_started.send_robust(SENDER, task_result=result)
-                    value = normalize_json(_call(task, result))
-            except Exception as error:
+                    value = normalize_json(_call(task, result, record, alias))
+            except BaseException as error:
+                if not limits.own_failure(error):
+                    raise
                 _delete_key(pk)
                 failed = _record_failure(record, error, started, me)
                 task_finished.send_robust(SENDER, task_result=backends.to_result(failed, task))

@@ -481,3 +481,18 @@ def test_a_failed_body_s_on_commit_callbacks_never_run(tasks_channel, batch):
     failed.refresh(), kept.refresh()
     assert (failed.status, kept.status) == (TaskResultStatus.FAILED, TaskResultStatus.SUCCESSFUL)
     assert list(Group.objects.values_list("name", flat=True)) == ["kept-committed"]
+
+
+@pytest.mark.parametrize("how", ["sleep", "busy", "swallowing", "socket"])
+def test_a_body_past_its_time_limit_is_stopped_whatever_it_does(how):
+    stuck = tasks.stuck.enqueue(f"stuck-{how}", how)  # time_limit 1 s
+    after = tasks.add.enqueue(1, 2)
+    drain()
+    stuck.refresh()
+    after.refresh()
+    assert stuck.status == TaskResultStatus.READY  # to be retried (max_attempts 2)
+    assert stuck.errors[-1].traceback.strip().splitlines()[-1] == (
+        "nightjar_tasks.limits.TimeLimitExceeded: timed out after 1 s"
+    )
+    assert not Group.objects.filter(name=f"stuck-{how}").exists()  # rolled back
+    assert after.status == TaskResultStatus.SUCCESSFUL

