@@ -212,6 +212,17 @@ def test_the_backend_checks_its_options(settings):
     assert list(NightjarBackend("good", {}).check()) == []
 
 
+def test_on_sqlite_a_time_limit_a_guest_cannot_outwait_is_refused():
+    # SQLite's busy timeout is 20 s (nightjar/settings.py): an atomic task may hold the lock 10; PostgreSQL locks rows.
+    refused = NightjarBackend("long", {"OPTIONS": {"time_limit": 60}})
+    expected = ["nightjar_tasks.E007"] if connection.vendor == "sqlite" else []
+    assert [problem.id for problem in refused.check()] == expected
+    assert [problem.id for problem in NightjarBackend("junk", {"OPTIONS": {"time_limit": "1"}}).check()] == [
+        "nightjar_tasks.E006"
+    ]
+    assert list(NightjarBackend("short", {"OPTIONS": {"time_limit": 10}}).check()) == []
+
+
 def test_prune_deletes_finished_results_older_than_the_days(capsys):
     old = tasks.add.enqueue(1, 1)
     drain()

@@ -8,6 +8,7 @@ because a task holds the write lock. The tasks are tests/task_functions.py."""
 
 import signal
 import threading
+import time
 
 import pytest
 from django.contrib.auth.models import Group
@@ -15,9 +16,10 @@ from django.db import connection
 from django.test import Client
 
 from nightjar_tasks.compat import TaskResultStatus
-from nightjar_tasks.models import TaskParked, TaskRecord
+from nightjar_tasks.models import TaskParked
 from tests import task_functions as tasks
-from tests.test_tasks_broker import TASKS, manage
+from tests.helpers import register_by_form
+from tests.test_tasks_broker import TASKS
 
 pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
@@ -70,5 +72,33 @@ def test_a_stuck_task_is_stopped_rolled_back_retried_then_failed_and_the_next_ru
     assert not Group.objects.filter(name="stuck").exists()  # each attempt rolled back
     after.refresh()
     assert after.status == TaskResultStatus.SUCCESSFUL
+    worker.signal(signal.SIGTERM)
+    assert worker.finish()[0] == 0
+
+
+def test_on_sqlite_guests_registering_while_a_task_holds_the_write_lock_get_no_500(workers, tmp_path):
+    assert connection.vendor == "sqlite"  # (SQLite's one write lock: PostgreSQL locks rows)
+    started = tmp_path / "started"
+    holding = tasks.hold_the_lock.enqueue("holding", str(started))  # sleeps an hour, default time limit
+    worker = workers.start(*TASKS, "--serve")
+    while not started.exists():  # the body runs: its transaction holds the lock from BEGIN
+        worker.read_so_far()
+        time.sleep(0.05)
+    answers = []
+
+    def guest(name):
+        client = Client(raise_request_exception=False)
+        answers.append(register_by_form(client, name).status_code)
+
+    guests = [threading.Thread(target=guest, args=(f"Guest {n}",)) for n in range(3)]
+    for thread in guests:
+        thread.start()
+    for thread in guests:
+        thread.join()
+    assert sorted(answers) == [302, 302, 302]
+    holding.refresh()
+    assert holding.status == TaskResultStatus.FAILED
+    assert "timed out after 10 s" in holding.errors[-1].traceback  # half of settings.py's busy timeout (20 s)
+    assert not Group.objects.filter(name="holding").exists()
     worker.signal(signal.SIGTERM)
     assert worker.finish()[0] == 0
