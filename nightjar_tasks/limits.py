@@ -22,12 +22,9 @@ database's statement timeout), and a body that runs in a thread of its own.
 import signal
 import threading
 
-from django.core.signals import setting_changed
 from django.db import connections
-from django.dispatch import receiver
 
 from delivery.worker import interrupted_by_signal
-from nightjar_tasks import backend as backends
 
 # When a task says nothing and its backend's OPTIONS say nothing.
 DEFAULT_TIME_LIMIT = 300.0
@@ -57,27 +54,6 @@ def sqlite_lock_budget(alias: str) -> float | None:
     if connection.vendor != "sqlite":
         return None
     return float(connection.settings_dict.get("OPTIONS", {}).get("timeout", SQLITE_DEFAULT_TIMEOUT)) / 2
-
-
-_chosen: dict[tuple, float] = {}
-
-
-@receiver(setting_changed)
-def _forget(**kwargs):
-    _chosen.clear()
-
-
-def seconds_for(task, backend: str, *, atomic: bool, alias: str) -> float:
-    """The time limit of one attempt of this task: its own (@retry
-    time_limit), else its backend's OPTIONS, else DEFAULT_TIME_LIMIT; for an
-    atomic task on SQLite at most sqlite_lock_budget (checks.py refuses an
-    OPTIONS value above it). Cached: asked once per task on the hot path."""
-    key = (task, backend, atomic, alias)
-    if key not in _chosen:
-        chosen = backends.retry_options(task, backend).get("time_limit") or DEFAULT_TIME_LIMIT
-        budget = sqlite_lock_budget(alias) if atomic else None
-        _chosen[key] = min(chosen, budget) if budget else chosen
-    return _chosen[key]
 
 
 _armed = None  # the Limit of the body running now, if any

@@ -25,10 +25,12 @@ import socket
 from datetime import timedelta
 from typing import NamedTuple
 
+from django.core.signals import setting_changed
 from django.db import connections, transaction
 from django.db.models import BooleanField, DateTimeField, JSONField
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
+from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -287,10 +289,31 @@ def _claim(connection, pk: int) -> tuple[TaskRecord, bool]:
     return _record(connection, rows[0][:-1]), rows[0][-1]
 
 
+_chosen: dict[tuple, float] = {}
+
+
+@receiver(setting_changed)
+def _forget(**kwargs):
+    _chosen.clear()
+
+
+def seconds_for(task, backend: str, *, atomic: bool, alias: str) -> float:
+    """The time limit of one attempt of this task: its own (@retry
+    time_limit), else its backend's OPTIONS, else limits.DEFAULT_TIME_LIMIT; for an
+    atomic task on SQLite at most sqlite_lock_budget (checks.py refuses an
+    OPTIONS value above it). Cached: asked once per task on the hot path."""
+    key = (task, backend, atomic, alias)
+    if key not in _chosen:
+        chosen = backends.retry_options(task, backend).get("time_limit") or limits.DEFAULT_TIME_LIMIT
+        budget = limits.sqlite_lock_budget(alias) if atomic else None
+        _chosen[key] = min(chosen, budget) if budget else chosen
+    return _chosen[key]
+
+
 def _call(task, result, record: TaskRecord, alias: str):
     """The body, within its time limit."""
     args, kwargs = result.args, result.kwargs
-    with limits.Limit(limits.seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
+    with limits.Limit(seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
         if task.takes_context:
             return task.call(TaskContext(task_result=result), *args, **kwargs)
         return task.call(*args, **kwargs)
