@@ -494,11 +494,13 @@ def test_a_failed_body_s_on_commit_callbacks_never_run(tasks_channel, batch):
     assert list(Group.objects.values_list("name", flat=True)) == ["kept-committed"]
 
 
-@pytest.mark.parametrize("how", ["sleep", "busy", "swallowing", "socket"])
-def test_a_body_past_its_time_limit_is_stopped_whatever_it_does(how):
+@pytest.mark.parametrize(
+    "how, batch", [("sleep", None), ("busy", None), ("swallowing", None), ("socket", None), ("sleep", 10)]
+)
+def test_a_body_past_its_time_limit_is_stopped_whatever_it_does(how, batch):
     stuck = tasks.stuck.enqueue(f"stuck-{how}", how)  # time_limit 1 s
     after = tasks.add.enqueue(1, 2)
-    drain()
+    drain(batch)
     stuck.refresh()
     after.refresh()
     assert stuck.status == TaskResultStatus.READY  # to be retried (max_attempts 2)

@@ -42,11 +42,15 @@ def worker_env(worker_env, settings):
     return {**worker_env, "NIGHTJAR_TASKS_QUEUE": settings.NIGHTJAR_TASKS_QUEUE}
 
 
-@pytest.mark.parametrize("how", ["SystemExit", "exit", "sys.exit", "KeyboardInterrupt"])
-def test_a_task_that_exits_is_its_own_failure_and_the_worker_goes_on(how, workers):
+@pytest.mark.parametrize(
+    "how, mode",
+    [(how, ()) for how in ("SystemExit", "exit", "sys.exit", "KeyboardInterrupt")]
+    + [("SystemExit", ("--batch", "10"))],
+)
+def test_a_task_that_exits_is_its_own_failure_and_the_worker_goes_on(how, mode, workers):
     exiting = tasks.exit_with.enqueue(how)
     after = tasks.add.enqueue(2, 3)
-    worker = workers.start(*TASKS, "--serve")
+    worker = workers.start(*TASKS, "--serve", *mode)
     worker.wait_for(f"Received task {after.id}")
     worker.wait_for("Handler returned.")
     exiting.refresh()
