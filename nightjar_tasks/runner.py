@@ -22,6 +22,7 @@ import json
 import operator
 import os
 import socket
+import time
 from datetime import timedelta
 from typing import NamedTuple
 
@@ -310,10 +311,10 @@ def seconds_for(task, backend: str, *, atomic: bool, alias: str) -> float:
     return _chosen[key]
 
 
-def _call(task, result, record: TaskRecord, alias: str):
-    """The body, within its time limit."""
+def _call(task, result, record: TaskRecord, alias: str, seconds: float | None = None):
+    """The body, within its time limit (seconds: a shorter one, a batch's rest)."""
     args, kwargs = result.args, result.kwargs
-    with limits.Limit(seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
+    with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
         if task.takes_context:
             return task.call(TaskContext(task_result=result), *args, **kwargs)
         return task.call(*args, **kwargs)
@@ -576,24 +577,40 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             record_rejection(delivery=delivery, reason=reason)
         owned = _insert_keys(list(pending)) if pending else set()
         tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
+        # On SQLite the batch's transaction holds the one write lock for all its bodies:
+        # together they get one task's budget (limits.sqlite_lock_budget); the tasks the
+        # budget does not reach are put back, uncharged, for reconcile to publish again.
+        budget = limits.sqlite_lock_budget(alias)
+        deadline, put_back = (time.monotonic() + budget if budget else None), []
         for pk, record in pending.items():
             if pk not in owned:
                 continue
             path = record.task_path
             task = tasks.get(path) or tasks.setdefault(path, import_string(path))
+            own = left = None
+            if deadline is not None and record.atomic:
+                own, left = seconds_for(task, record.backend, atomic=True, alias=alias), deadline - time.monotonic()
+                if left <= 0:
+                    _delete_key(pk)
+                    put_back.append(pk)
+                    continue
             started = timezone.now()
             record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
             record.started_at = record.started_at or started
             record.worker_ids = [*record.worker_ids, me]
             result = backends.to_result(record, task)
+            cut = left is not None and left < own  # stopped by the batch's budget, not its own limit
             try:
                 with each:
                     task_started.send_robust(SENDER, task_result=result)
-                    value = normalize_json(_call(task, result, record, alias))
+                    value = normalize_json(_call(task, result, record, alias, left if cut else None))
             except BaseException as error:
                 if not limits.own_failure(error):
                     raise
                 _delete_key(pk)
+                if cut and isinstance(error, limits.TimeLimitExceeded):
+                    put_back.append(pk)
+                    continue
                 failed = _record_failure(record, error, started, me)
                 task_finished.send_robust(SENDER, task_result=backends.to_result(failed, task))
                 continue
@@ -602,6 +619,8 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             done.append(record)
             finished.append(result)
         each.close()
+        if put_back:  # READY, never published: reconcile publishes them at its next pass
+            TaskRecord.objects.filter(pk__in=put_back).update(published_at=None)
         _mark_done_many(done)
         checkpoint(pause, "inside-transaction")
     checkpoint(pause, "after-commit")

@@ -509,3 +509,27 @@ def test_a_body_past_its_time_limit_is_stopped_whatever_it_does(how, batch):
     )
     assert not Group.objects.filter(name=f"stuck-{how}").exists()  # rolled back
     assert after.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_on_sqlite_a_batch_shares_one_lock_budget_and_what_it_does_not_reach_is_put_back_uncharged(
+    tmp_path, monkeypatch
+):
+    if connection.vendor != "sqlite":
+        return  # (PostgreSQL: row locks, no budget to share)
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 2)  # a budget of 1 s for the batch
+    runs = tmp_path / "runs"
+    slow = [tasks.slow_run.enqueue(f"slow-{n}", 0.6, str(runs)) for n in range(2)]  # 1.2 s: one does not fit
+    drain(batch=10)
+    for result in slow:
+        result.refresh()
+        assert result.errors == []  # the batch's budget is not the task's failure
+    put_back = TaskRecord.objects.filter(status=TaskResultStatus.READY)
+    assert put_back.count() >= 1 and not put_back.filter(published_at__isnull=False).exists()
+    assert Group.objects.filter(name__startswith="slow-").count() == 2 - put_back.count()  # rolled back
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 20)
+    reconcile()  # publishes what was put back at once (never published)
+    drain(batch=10)
+    for result in slow:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    assert Group.objects.filter(name__startswith="slow-").count() == 2
