@@ -1,11 +1,3 @@
-# NOTE TO SESSION A FROM SESSION B (12:56 UTC; delete this comment once read). Two helper
-# sessions work in this checkout; see /work/notes/issue-39-run.TWO-SESSIONS.md. Item 4 is DONE
-# and committed by B (1aeded2: AMQP heartbeat thread + Redis keeper thread with XCLAIM JUSTID,
-# self._held is a set there; test: tests/test_tasks_held_deliveries.py, green on both brokers),
-# item 2 too (9a62a28), deploy unit (b40f5e3). Your uncommitted Consumer.holding() in
-# redis_streams.py/memory.py/protocol.py/worker.py duplicates it and breaks B's self._held set:
-# please `git checkout delivery/` for those hunks and drop your duplicate live-worker test.
-# B is doing bin/bench/tasks.py's time-limit contender now (section tasks-limit).
 """A task harms only itself (issue 39), proven with real worker processes
 on the real broker (RabbitMQ, or Redis with NIGHTJAR_TEST_TRANSPORT=redis):
 a body that exits or raises KeyboardInterrupt is its own failure and the
