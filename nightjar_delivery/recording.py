@@ -65,6 +65,40 @@ def record_failure(
         logger.warning("Could not record the failed attempt (the database may be what failed)", exc_info=True)
 
 
+# What a "started" record says while its worker runs the delivery, and
+# what it keeps saying if the worker dies on it (worker.watch_for_death).
+DIED = "The worker died while handling it (killed, crashed or out of memory)"
+
+
+def record_started(*, delivery: Delivery, worker: str, user: channel.Channel | None = None) -> int | None:
+    """Before a redelivery runs: a failed attempt, committed now and deleted
+    (forget_started) as soon as the worker is done with it, whatever the
+    outcome. Only a worker that dies on the delivery leaves it: that death
+    is charged to this intent alone. Its id, or None (best effort)."""
+    user = user or channel.current()
+    try:
+        with transaction.atomic():
+            row = user.failure_model.objects.create(
+                worker=worker[:100], error=DIED, **{user.intent_field: _intent(user, user.claimed_id(delivery.body))}
+            )
+    except Exception:
+        logger.warning("Could not note the start of a redelivery", exc_info=True)
+        return None
+    return row.pk
+
+
+def forget_started(pk: int | None, *, user: channel.Channel | None = None) -> None:
+    """The worker lived through the delivery: its "started" record goes.
+    Returns None (for `started = forget_started(started)`)."""
+    if pk is None:
+        return None
+    try:
+        (user or channel.current()).failure_model.objects.filter(pk=pk).delete()
+    except Exception:
+        logger.warning("Could not delete the start record %s of a redelivery", pk, exc_info=True)
+    return None
+
+
 def record_lost_entry(*, entry: str, worker: str, user: channel.Channel | None = None) -> None:
     """A delivery the broker dropped before it was handled (a Redis entry
     trimmed while pending): its body is gone, so which intent it was is

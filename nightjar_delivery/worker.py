@@ -24,6 +24,23 @@ from nightjar_delivery.codec import ContractError
 
 logger = logging.getLogger(__name__)
 
+# Set when the worker's own SIGINT/SIGTERM handler raised KeyboardInterrupt:
+# a handler tells a real Ctrl+C from a body that raised KeyboardInterrupt
+# itself (interrupted_by_signal), which is only that body's failure.
+_signalled = False
+
+
+def interrupted_by_signal() -> bool:
+    """Whether the KeyboardInterrupt under way came from a signal the worker was sent."""
+    return _signalled
+
+
+def _interrupted() -> None:
+    global _signalled
+    _signalled = True
+    raise KeyboardInterrupt
+
+
 # After a failed delivery, wait this long before handing it back, so a worker
 # facing a locked or unavailable database does not spin through redeliveries.
 RETRY_PAUSE = 2.0
@@ -394,6 +411,11 @@ class Worker:
         takes its neighbours down with it); return what failed, with its
         error. Broker errors propagate."""
         batch = self.batch and not one_by_one
+        if batch and len(work) > 1 and any(delivery.redelivered for delivery in work):
+            return self.each_alone(work)  # a worker may have died on one of them: see watch_for_death
+        started = self.watch_for_death(work[0]) if len(work) == 1 and work[0].redelivered else None
+        if started is False:
+            return []  # parked: its deaths (or failures) reached the limit
         try:
             self.process(work, batch=bool(batch))  # outside batch mode (or one by one), a batch of one
             return []
@@ -402,14 +424,9 @@ class Worker:
         except Exception as error:
             if batch and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
-                # Each ack sent at once, for its own tag: a deferred multiple=True ack
-                # would also cover a failed neighbour not yet handed back.
-                flush, self.flush_acks = self.flush_acks, True
-                try:
-                    return [failure for delivery in work for failure in self.try_process([delivery], one_by_one=True)]
-                finally:
-                    self.flush_acks = flush
+                return self.each_alone(work)
             delivery = work[0]
+            started = recording.forget_started(started, user=self.channel)  # a failure, not a death
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
             self.connections_suspect = True
@@ -418,6 +435,34 @@ class Worker:
             if self.park_if_failed_too_often(delivery):
                 return []
             return [(delivery, error)]
+        finally:
+            # Still alive (done, failed, interrupted): nothing to charge.
+            recording.forget_started(started, user=self.channel)
+
+    def each_alone(self, work: list[transport.Delivery]) -> list[tuple[transport.Delivery, Exception]]:
+        """A batch's deliveries one at a time, each in a transaction of its own.
+        Each ack sent at once, for its own tag: a deferred multiple=True ack
+        would also cover a failed neighbour not yet handed back."""
+        flush, self.flush_acks = self.flush_acks, True
+        try:
+            return [failure for delivery in work for failure in self.try_process([delivery], one_by_one=True)]
+        finally:
+            self.flush_acks = flush
+
+    def watch_for_death(self, delivery: transport.Delivery) -> int | None | bool:
+        """Before a redelivered delivery runs: a worker may have died on it
+        (os._exit, a segfault, the OOM killer), and the broker returns every
+        delivery the dead worker held, not only the one it was running. So a
+        redelivery runs alone, after a committed "started" failure record
+        (recording.record_started) that only its own death leaves behind: the
+        culprit's deaths add up to Nightjar's delivery limit and it alone is
+        parked, its neighbours run. A first delivery pays nothing (the hot
+        path); a death on one costs one more run before it is counted.
+        Returns the record's id (None: not recorded), or False when the
+        delivery was parked instead of run."""
+        if self.park_if_failed_too_often(delivery):
+            return False
+        return recording.record_started(delivery=delivery, worker=self.name, user=self.channel)
 
     def park_if_failed_too_often(self, delivery: transport.Delivery) -> bool:
         """Nightjar's own delivery limit (recording.park_after_failures): the
@@ -514,10 +559,15 @@ class Worker:
             else:
                 time.sleep(0.2)
 
+    def install_interrupt_handler(self) -> None:
+        """Outside service mode: Ctrl+C raises KeyboardInterrupt wherever the
+        worker is, as Python's own handler does, but says it was a signal."""
+        signal.signal(signal.SIGINT, lambda signum, frame: _interrupted())
+
     def install_signal_handlers(self) -> None:
         def stop(signum, frame):
             if self.pause is not None and self.pause.waiting:
-                raise KeyboardInterrupt  # Ctrl+C at a checkpoint: leave now, unacked.
+                _interrupted()  # Ctrl+C at a checkpoint: leave now, unacked.
             if not self.shutdown:
                 self.say(f"{signal.Signals(signum).name} received; finishing the current delivery, then stopping.")
             self.shutdown = True

@@ -1,4 +1,4 @@
-"""System checks (ids nightjar_tasks.E001-E005). The backend's own problems
+"""System checks (ids nightjar_tasks.E001-E007). The backend's own problems
 come from NightjarBackend.check(), which the Tasks framework runs."""
 
 import re
@@ -41,6 +41,7 @@ def backend_problems(backend):
             f"TASKS[{backend.alias!r}]['OPTIONS']['backoff'] must be a number of seconds (0 or more), not {backoff!r}.",
             id="nightjar_tasks.E004",
         )
+    yield from time_limit_problems(backend, options.get("time_limit"))
     for name in sorted(backend.queues):
         if not _QUEUE_NAME.match(name):
             yield checks.Error(
@@ -48,3 +49,33 @@ def backend_problems(backend):
                 hint="Use letters, digits, '_' and '-' (at most 100).",
                 id="nightjar_tasks.E005",
             )
+
+
+def time_limit_problems(backend, limit):
+    """A time limit is a number of seconds above 0 (None: the default). On
+    SQLite an atomic task holds the only write lock for its whole run: a
+    limit a guest's write cannot outwait (limits.sqlite_lock_budget) would
+    answer guests 500 while a task runs, so it is refused here rather than
+    cut silently (a task's own @retry(time_limit=) is cut to it)."""
+    from nightjar_tasks import limits
+    from nightjar_tasks.models import TaskRecord
+
+    if limit is None:
+        return
+    if not isinstance(limit, int | float) or isinstance(limit, bool) or not limit > 0:
+        yield checks.Error(
+            f"TASKS[{backend.alias!r}]['OPTIONS']['time_limit'] must be a number of seconds above 0, not {limit!r}.",
+            id="nightjar_tasks.E006",
+        )
+        return
+    budget = limits.sqlite_lock_budget(TaskRecord.objects.db)
+    if budget is not None and limit > budget:
+        yield checks.Error(
+            f"TASKS[{backend.alias!r}]['OPTIONS']['time_limit'] is {limit:g} s: on SQLite an atomic task holds "
+            f"the only write lock that long, and a guest's write waits only {budget * 2:g} s (the busy timeout).",
+            hint=(
+                f"Keep it at most {budget:g} s; run longer tasks with @retry(atomic=False) (their writes commit "
+                "on their own), or move to PostgreSQL (README: Tasks)."
+            ),
+            id="nightjar_tasks.E007",
+        )

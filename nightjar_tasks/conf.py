@@ -17,6 +17,9 @@ DEFAULTS = {
 OPTIONS = {
     "max_attempts": 3,  # attempts before a task is FAILED and parked (its first run included)
     "backoff": 1.0,  # seconds before the 2nd attempt; doubles for each further one
+    # Seconds one attempt may run (None: limits.DEFAULT_TIME_LIMIT, 300); on SQLite an atomic
+    # task's is at most half the busy timeout (limits.sqlite_lock_budget; check nightjar_tasks.E007).
+    "time_limit": None,
 }
 
 

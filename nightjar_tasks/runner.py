@@ -7,7 +7,9 @@ value, times and worker id. Only after the commit, ack. Killed before or
 inside: nothing was written, the broker redelivers. Killed after the commit:
 the redelivery finds the key and only acks.
 
-A body that raises is rolled back; then the failure is recorded (traceback,
+A body that raises (anything: SystemExit and KeyboardInterrupt included,
+limits.own_failure) or runs past its time limit (limits.Limit) is rolled
+back; then the failure is recorded (traceback,
 worker id, attempts) and the task retried after its backoff (reconcile
 publishes it when due), or, at its limit, FAILED and parked for staff.
 
@@ -20,13 +22,16 @@ import json
 import operator
 import os
 import socket
+import time
 from datetime import timedelta
 from typing import NamedTuple
 
+from django.core.signals import setting_changed
 from django.db import connections, transaction
 from django.db.models import BooleanField, DateTimeField, JSONField
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
+from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -35,6 +40,7 @@ from nightjar_delivery.checkpoints import checkpoint
 from nightjar_delivery.codec import storable_text
 from nightjar_delivery.recording import record_rejection
 from nightjar_tasks import backend as backends
+from nightjar_tasks import limits
 from nightjar_tasks.compat import (
     TaskContext,
     TaskResultStatus,
@@ -295,11 +301,34 @@ def _claim(connection, pk: int) -> tuple[TaskRecord, bool]:
     return _record(connection, rows[0][:-1]), rows[0][-1]
 
 
-def _call(task, result):
+_chosen: dict[tuple, float] = {}
+
+
+@receiver(setting_changed)
+def _forget(**kwargs):
+    _chosen.clear()
+
+
+def seconds_for(task, backend: str, *, atomic: bool, alias: str) -> float:
+    """The time limit of one attempt of this task: its own (@retry
+    time_limit), else its backend's OPTIONS, else limits.DEFAULT_TIME_LIMIT; for an
+    atomic task on SQLite at most sqlite_lock_budget (checks.py refuses an
+    OPTIONS value above it). Cached: asked once per task on the hot path."""
+    key = (task, backend, atomic, alias)
+    if key not in _chosen:
+        chosen = backends.retry_options(task, backend).get("time_limit") or limits.DEFAULT_TIME_LIMIT
+        budget = limits.sqlite_lock_budget(alias) if atomic else None
+        _chosen[key] = min(chosen, budget) if budget else chosen
+    return _chosen[key]
+
+
+def _call(task, result, record: TaskRecord, alias: str, seconds: float | None = None):
+    """The body, within its time limit (seconds: a shorter one, a batch's rest)."""
     args, kwargs = result.args, result.kwargs
-    if task.takes_context:
-        return task.call(TaskContext(task_result=result), *args, **kwargs)
-    return task.call(*args, **kwargs)
+    with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
+        if task.takes_context:
+            return task.call(TaskContext(task_result=result), *args, **kwargs)
+        return task.call(*args, **kwargs)
 
 
 def _insert_key(task_id: int, connection=None) -> bool:
@@ -337,7 +366,7 @@ def handle(message, ack, pause=None):
             if owned:
                 task, result = _running(record, started, me)
                 task_started.send_robust(SENDER, task_result=result)
-                value = normalize_json(_call(task, result))
+                value = normalize_json(_call(task, result, record, db.alias))
                 sql.refuse_marked_for_rollback(db.alias)  # (a caught database error: nothing would commit)
                 checkpoint(pause, "inside-transaction")
                 done = _mark_done(db, record, value, started)
@@ -346,18 +375,18 @@ def handle(message, ack, pause=None):
             task, result = _running(record, started, me)
             if not TaskCompletion.objects.filter(task_id=record.pk).exists():
                 task_started.send_robust(SENDER, task_result=result)
-                value = normalize_json(_call(task, result))
+                value = normalize_json(_call(task, result, record, db.alias))
                 checkpoint(pause, "inside-transaction")
                 with transaction.atomic(using=db.alias):
                     done = _insert_key(record.pk, db) and _mark_done(db, record, value, started)
-    except Exception as error:
-        if isinstance(error, CodeGone):  # no retry can import it: FAILED at once, with the ImportError
+    except BaseException as error:
+        if task is None and isinstance(error, CodeGone):  # no retry can import it: FAILED at once, with the ImportError
             _record_failure(record, error.__cause__, started, me, final=True)
             checkpoint(pause, "after-commit")
             ack()
             return
-        if task is None:
-            raise  # not the task's failure (its row could not be read or claimed)
+        if task is None or not limits.own_failure(error):
+            raise  # not the task's failure (its row could not be read or claimed; Ctrl+C)
         failed = _record_failure(record, error, started, me)
         checkpoint(pause, "after-commit")
         ack()
@@ -575,6 +604,11 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             record_rejection(delivery=delivery, reason=reason)
         owned = _insert_keys(list(pending)) if pending else set()
         tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
+        # On SQLite the batch's transaction holds the one write lock for all its bodies:
+        # together they get one task's budget (limits.sqlite_lock_budget); the tasks the
+        # budget does not reach are put back, uncharged, for reconcile to publish again.
+        budget = limits.sqlite_lock_budget(alias)
+        deadline, put_back = (time.monotonic() + budget if budget else None), []
         for pk, record in pending.items():
             if pk not in owned:
                 continue
@@ -586,16 +620,29 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
                 _delete_key(pk)
                 _record_failure(record, gone.__cause__, started, me, final=True)
                 continue
+            own = left = None
+            if deadline is not None and record.atomic:
+                own, left = seconds_for(task, record.backend, atomic=True, alias=alias), deadline - time.monotonic()
+                if left <= 0:
+                    _delete_key(pk)
+                    put_back.append(pk)
+                    continue
             record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
             record.started_at = record.started_at or started
             record.worker_ids = [*record.worker_ids, me]
             result = backends.to_result(record, task)
+            cut = left is not None and left < own  # stopped by the batch's budget, not its own limit
             try:
                 with each:
                     task_started.send_robust(SENDER, task_result=result)
-                    value = normalize_json(_call(task, result))
-            except Exception as error:
+                    value = normalize_json(_call(task, result, record, alias, left if cut else None))
+            except BaseException as error:
+                if not limits.own_failure(error):
+                    raise
                 _delete_key(pk)
+                if cut and isinstance(error, limits.TimeLimitExceeded):
+                    put_back.append(pk)
+                    continue
                 failed = _record_failure(record, error, started, me)
                 task_finished.send_robust(SENDER, task_result=backends.to_result(failed, task))
                 continue
@@ -604,6 +651,8 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
             done.append(record)
             finished.append(result)
         each.close()
+        if put_back:  # READY, never published: reconcile publishes them at its next pass
+            TaskRecord.objects.filter(pk__in=put_back).update(published_at=None)
         _mark_done_many(done)
         checkpoint(pause, "inside-transaction")
     checkpoint(pause, "after-commit")

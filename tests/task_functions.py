@@ -72,3 +72,82 @@ def register_on_commit_then_fail(name: str) -> str:
     callback is rolled back with the body and never runs."""
     transaction.on_commit(lambda: Group.objects.create(name=name))
     raise RuntimeError(f"{name} fails after registering its callback")
+
+
+# -- tasks that misbehave (issue 39): each harms only itself --
+
+
+@task
+@retry(max_attempts=1)
+def exit_with(how: str) -> None:
+    """Ends its process as a body can: SystemExit, exit(), sys.exit(), KeyboardInterrupt."""
+    import sys
+
+    if how == "SystemExit":
+        raise SystemExit(3)
+    if how == "exit":
+        exit(4)
+    if how == "sys.exit":
+        sys.exit("bye")
+    raise KeyboardInterrupt
+
+
+@task
+def die(status: int) -> None:
+    """os._exit: the process dies with no cleanup (as a segfault or the OOM killer would)."""
+    import os
+
+    os._exit(status)
+
+
+@task
+@retry(max_attempts=2, backoff=0, time_limit=1)
+def stuck(name: str, how: str) -> str:
+    """Inserts <name>, then never returns by itself: a sleep, a busy loop,
+    or a read from a socket nobody writes to (no timeout)."""
+    import socket
+    import time
+
+    Group.objects.create(name=name)  # rolled back with the time-out
+    if how == "sleep":
+        time.sleep(3600)
+    elif how == "busy":
+        while True:
+            pass
+    elif how == "swallowing":
+        try:  # noqa: SIM105 (the point: a body that catches everything)
+            time.sleep(3600)
+        except BaseException:  # swallowed, and the body returns: it still ran too long
+            pass
+    else:
+        reader, writer = socket.socketpair()
+        reader.recv(1)
+    return name
+
+
+@task
+@retry(max_attempts=1)
+def hold_the_lock(name: str, started_file: str) -> str:
+    """Inserts <name> (on SQLite: the write lock held from BEGIN), says so in
+    started_file, then sleeps an hour: only the time limit ends it."""
+    import pathlib
+    import time
+
+    Group.objects.create(name=name)
+    pathlib.Path(started_file).write_text("started\n")
+    time.sleep(3600)
+    return name
+
+
+@task
+@retry(time_limit=60)
+def slow_run(name: str, seconds: float, runs_file: str) -> str:
+    """Notes each run in runs_file (outside the database), inserts <name>,
+    then sleeps: a body that outlives the broker's heartbeat and claim time."""
+    import time
+
+    with open(runs_file, "a") as runs:
+        runs.write(f"{name}\n")
+    Group.objects.create(name=name)
+    time.sleep(seconds)
+    return name

@@ -5,6 +5,7 @@ must be a reject, one tag at a time; a deliberate hand-back (Ctrl+C,
 SIGTERM, the prefetch at shutdown) a nack, which 4.3 does not count."""
 
 import io
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -50,6 +51,7 @@ def recording_worker(handler, registration: Registration) -> tuple[Worker, Recor
     consumer._channel, consumer._prefetch, consumer.lost, consumer.queue = channel, 1, [], amqp.queue_name()
     consumer._deferred_tag = consumer._deferred_count = 0
     consumer._connection = SimpleNamespace(is_open=True, close=lambda: None)
+    consumer._lock, consumer._stopped = threading.RLock(), threading.Event()  # (no heartbeat thread here)
     worker = Worker(handler=handler, stdout=io.StringIO())
     worker.consumer = consumer
     return worker, channel

@@ -240,6 +240,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     for name, instance in (
         ("nightjar-web.service", "nightjar-web.service"),
         ("nightjar-worker@.service", "nightjar-worker@1.service"),
+        ("nightjar-tasks-worker@.service", "nightjar-tasks-worker@1.service"),
     ):
         text = (ROOT / "deploy" / name).read_text()
         assert "/srv/nightjar" in text
@@ -250,6 +251,9 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     worker = (ROOT / "deploy" / "nightjar-worker@.service").read_text()
     assert "manage.py worker --serve" in worker and "KillSignal=SIGTERM" in worker
     assert "NIGHTJAR_CONSUMER_NAME=%H-worker-%i" in worker
+    # A task body may end its worker with status 0 (os._exit(0)): restarted on any exit.
+    tasks_worker = (ROOT / "deploy" / "nightjar-tasks-worker@.service").read_text()
+    assert "manage.py worker --channel tasks --serve" in tasks_worker and "\nRestart=always\n" in tasks_worker
 
 
 @pytest.mark.system

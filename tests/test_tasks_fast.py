@@ -212,6 +212,17 @@ def test_the_backend_checks_its_options(settings):
     assert list(NightjarBackend("good", {}).check()) == []
 
 
+def test_on_sqlite_a_time_limit_a_guest_cannot_outwait_is_refused():
+    # SQLite's busy timeout is 20 s (nightjar/settings.py): an atomic task may hold the lock 10; PostgreSQL locks rows.
+    refused = NightjarBackend("long", {"OPTIONS": {"time_limit": 60}})
+    expected = ["nightjar_tasks.E007"] if connection.vendor == "sqlite" else []
+    assert [problem.id for problem in refused.check()] == expected
+    assert [problem.id for problem in NightjarBackend("junk", {"OPTIONS": {"time_limit": "1"}}).check()] == [
+        "nightjar_tasks.E006"
+    ]
+    assert list(NightjarBackend("short", {"OPTIONS": {"time_limit": 10}}).check()) == []
+
+
 def test_prune_deletes_finished_results_older_than_the_days(capsys):
     old = tasks.add.enqueue(1, 1)
     drain()
@@ -481,3 +492,44 @@ def test_a_failed_body_s_on_commit_callbacks_never_run(tasks_channel, batch):
     failed.refresh(), kept.refresh()
     assert (failed.status, kept.status) == (TaskResultStatus.FAILED, TaskResultStatus.SUCCESSFUL)
     assert list(Group.objects.values_list("name", flat=True)) == ["kept-committed"]
+
+
+@pytest.mark.parametrize(
+    "how, batch", [("sleep", None), ("busy", None), ("swallowing", None), ("socket", None), ("sleep", 10)]
+)
+def test_a_body_past_its_time_limit_is_stopped_whatever_it_does(how, batch):
+    stuck = tasks.stuck.enqueue(f"stuck-{how}", how)  # time_limit 1 s
+    after = tasks.add.enqueue(1, 2)
+    drain(batch)
+    stuck.refresh()
+    after.refresh()
+    assert stuck.status == TaskResultStatus.READY  # to be retried (max_attempts 2)
+    assert stuck.errors[-1].traceback.strip().splitlines()[-1] == (
+        "nightjar_tasks.limits.TimeLimitExceeded: timed out after 1 s"
+    )
+    assert not Group.objects.filter(name=f"stuck-{how}").exists()  # rolled back
+    assert after.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_on_sqlite_a_batch_shares_one_lock_budget_and_what_it_does_not_reach_is_put_back_uncharged(
+    tmp_path, monkeypatch
+):
+    if connection.vendor != "sqlite":
+        return  # (PostgreSQL: row locks, no budget to share)
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 2)  # a budget of 1 s for the batch
+    runs = tmp_path / "runs"
+    slow = [tasks.slow_run.enqueue(f"slow-{n}", 0.6, str(runs)) for n in range(2)]  # 1.2 s: one does not fit
+    drain(batch=10)
+    for result in slow:
+        result.refresh()
+        assert result.errors == []  # the batch's budget is not the task's failure
+    put_back = TaskRecord.objects.filter(status=TaskResultStatus.READY)
+    assert put_back.count() >= 1 and not put_back.filter(published_at__isnull=False).exists()
+    assert Group.objects.filter(name__startswith="slow-").count() == 2 - put_back.count()  # rolled back
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 20)
+    reconcile()  # publishes what was put back at once (never published)
+    drain(batch=10)
+    for result in slow:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    assert Group.objects.filter(name__startswith="slow-").count() == 2

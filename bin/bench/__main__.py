@@ -64,6 +64,12 @@ def _tasks(sections, options: Options) -> None:
         sections.on_postgres(["tasks"], options.quick)
 
 
+def _tasks_limit(sections, options: Options) -> None:
+    from bench import tasks
+
+    tasks.bench_tasks(300 if options.quick else 1000, options.quick, pairs=tasks.LIMIT_PAIRS)
+
+
 # In the order they run (whatever the order of --only).
 SECTIONS: dict[str, Section] = {
     "raw": Section(lambda s, o: s.bench_raw(o.n), "a minimal pika + sqlite3 consumer: per delivery, and batches of 50"),
@@ -117,6 +123,12 @@ SECTIONS: dict[str, Section] = {
         "(per delivery and batch, 1 and 2 processes) against django-tasks-db 0.13, Celery 5.7\n"
         "(acks_late, prefork 2) and the raw ceiling, in pairs; tasks/s and µs per enqueue\n"
         "(only with --only tasks: not in the default run)",
+        default=False,
+    ),
+    "tasks-limit": Section(
+        _tasks_limit,
+        "what the tasks' time limit costs: Nightjar's tasks worker (per delivery, batch 50) with the\n"
+        "alarm and without it, in pairs, as a ratio (only with --only tasks-limit)",
         default=False,
     ),
 }

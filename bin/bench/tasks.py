@@ -63,6 +63,9 @@ CONTENDERS = {
     "nightjar_2proc": ("Nightjar tasks, per delivery, 2 processes", 2),
     "nightjar_batch_1proc": ("Nightjar tasks, batch 50, 1 process", 1),
     "nightjar_batch_2proc": ("Nightjar tasks, batch 50, 2 processes", 2),
+    # The same workers with nightjar_tasks.limits.Limit replaced by nothing: what the time limit costs.
+    "nightjar_1proc_no_limit": ("Nightjar tasks, per delivery, 1 process, without the time limit", 1),
+    "nightjar_batch_1proc_no_limit": ("Nightjar tasks, batch 50, 1 process, without the time limit", 1),
 }
 # (reference, contender, the target of contender/reference per worker process, or None). The raw
 # ceiling the target is about runs the task's own body, as every backend must; the one writing the
@@ -80,6 +83,12 @@ PAIRS = [
     ("dtdb_1proc", "nightjar_batch_1proc", 3.0),
     ("celery_prefork2", "nightjar_2proc", 2.0),
     ("celery_prefork2", "nightjar_batch_2proc", 2.0),
+]
+# The tasks-limit section (issue 39): the time limit's cost per task, the same worker without it
+# as the reference; a ratio near 1 means the alarm costs nothing measurable.
+LIMIT_PAIRS = [
+    ("nightjar_1proc_no_limit", "nightjar_1proc", None),
+    ("nightjar_batch_1proc_no_limit", "nightjar_batch_1proc", None),
 ]
 
 
@@ -182,8 +191,10 @@ def peer(key: str, n: int) -> tuple[float, float]:
         environment = env()
         micros = enqueue(n - 1, environment)
         mode = ["--batch", "50", "--prefetch", "100"] if "batch" in key else ["--prefetch", "50"]
+        # (Without the time limit: `python -m bench.peers worker ...` runs the same command, Limit disarmed.)
+        worker = ["-m", "bench.peers", "worker-without-time-limit"] if key.endswith("_no_limit") else ["manage.py"]
         procs = start(
-            [sections.PYTHON, "manage.py", "worker", "--serve", "--channel", "tasks", *mode], processes, environment
+            [sections.PYTHON, *worker, "worker", "--serve", "--channel", "tasks", *mode], processes, environment
         )
     with stack.processes(procs):
         # N tasks in all, the enqueue's warm-up call one of them: as the raw ceiling drains N (and a
@@ -377,13 +388,14 @@ def measure(key: str, n: int) -> tuple[float, float]:
     return raw(key, n) if key.startswith("raw") else peer(key, n)
 
 
-def bench_tasks(n: int, quick: bool) -> None:
+def bench_tasks(n: int, quick: bool, *, pairs: list | None = None) -> None:
+    """The pairs (PAIRS unless given: LIMIT_PAIRS for the time limit's cost)."""
     where = "SQLite" if connection.vendor == "sqlite" else "PostgreSQL"
     library = "sqlite3" if connection.vendor == "sqlite" else "psycopg"
     prepare_schema()
     # Without nightjar_tasks: the peers and the lean ceilings alone (the others write to its tables).
     alone = dict.fromkeys(r for r, _, _ in PAIRS if "lean" in r or not r.startswith("raw"))
-    pairs = PAIRS if NIGHTJAR else [(reference, None, None) for reference in alone]
+    pairs = (pairs or PAIRS) if NIGHTJAR else [(reference, None, None) for reference in alone]
     if not NIGHTJAR:
         say("  (nightjar_tasks is not installed: the peers alone, no pairs)")
     say(

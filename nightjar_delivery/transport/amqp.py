@@ -20,6 +20,7 @@ import random
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from urllib.error import HTTPError
 from urllib.parse import parse_qs, quote, unquote, urljoin, urlsplit
@@ -356,6 +357,19 @@ class Consumer:
         self.lost: list[str] = []  # RabbitMQ never loses a delivery it handed out unacked
         self._deferred_tag = 0
         self._deferred_count = 0
+        # pika answers heartbeats only inside its own calls, and a task body
+        # may run for minutes between two of them: RabbitMQ would close the
+        # connection and redeliver what a live worker holds. A thread of ours
+        # makes those calls in between; every use of the connection holds
+        # this lock, so only one thread is ever inside pika (not thread-safe).
+        self._lock = threading.RLock()
+        self._stopped = threading.Event()
+        heartbeat = getattr(getattr(self._connection, "_impl", None), "params", None)
+        heartbeat = getattr(heartbeat, "heartbeat", None) or URL_DEFAULTS["heartbeat"]
+        every = min(max(heartbeat / 4, 0.05), 1.0) if isinstance(heartbeat, int | float) else 1.0
+        threading.Thread(
+            target=_keep_answering, args=(weakref.ref(self), every), name="nightjar-heartbeats", daemon=True
+        ).start()
 
     @staticmethod
     def _delivery(method, properties, body) -> Delivery:
@@ -380,16 +394,23 @@ class Consumer:
         """Take one ready delivery (unacknowledged until ack), or None; from
         the dead-letter queue with dead=True."""
         queue = dead_letter_queue_name(self.queue) if dead else self.queue
-        with translated_errors("get"):
+        with translated_errors("get"), self._lock:
             method, properties, body = self._channel.basic_get(queue, auto_ack=False)
         return None if method is None else self._delivery(method, properties, body)
 
     def consume(self, *, idle_seconds: float = 1.0) -> Iterator[Delivery | None]:
         """Yield deliveries as they arrive; None after idle_seconds without one."""
         with translated_errors("consume"):
-            for method, properties, body in self._channel.consume(self.queue, inactivity_timeout=idle_seconds):
+            events = self._channel.consume(self.queue, inactivity_timeout=idle_seconds)
+            while True:
+                with self._lock:  # (released while the worker handles what it yields)
+                    event = next(events, None)
+                    if event is None:
+                        return
+                    method, properties, body = event
+                    if method is None:
+                        self.flush_acks()
                 if method is None:
-                    self.flush_acks()
                     yield None
                 else:
                     yield self._delivery(method, properties, body)
@@ -399,8 +420,9 @@ class Consumer:
         consume(), without taking them: a hint for looking their registrations
         up at once. Reads pika's consumer buffer (BlockingChannel, pika 1.x);
         an empty list if that is not there."""
-        generator = getattr(self._channel, "_queue_consumer_generator", None)
-        events = getattr(generator, "pending_events", None) or ()
+        with self._lock:
+            generator = getattr(self._channel, "_queue_consumer_generator", None)
+            events = list(getattr(generator, "pending_events", None) or ())
         return [body for body in (getattr(event, "body", None) for event in events) if body is not None]
 
     def stop_consuming(self) -> None:
@@ -409,7 +431,7 @@ class Consumer:
         counts a reject as a failed delivery — every shutdown would count."""
         self.flush_acks()
         generator = getattr(self._channel, "_queue_consumer_generator", None)
-        with translated_errors("cancel"):
+        with translated_errors("cancel"), self._lock:
             if generator is None or not hasattr(generator, "consumer_tag"):
                 self._channel.cancel()  # not the pika 1.x we know: its own way
                 return
@@ -436,14 +458,14 @@ class Consumer:
                 self.flush_acks()
             return
         self.flush_acks()
-        with translated_errors("ack"):
+        with translated_errors("ack"), self._lock:
             self._channel.basic_ack(delivery_tag=tag, multiple=multiple or len(tags) > 1)
 
     def flush_acks(self) -> None:
         """Send the deferred acks now, if any."""
         if self._deferred_tag:
             tag, self._deferred_tag, self._deferred_count = self._deferred_tag, 0, 0
-            with translated_errors("ack"):
+            with translated_errors("ack"), self._lock:
                 self._channel.basic_ack(delivery_tag=tag, multiple=True)
 
     def requeue(self, tag: int) -> None:
@@ -451,7 +473,7 @@ class Consumer:
         tag, which every RabbitMQ version counts towards x-delivery-limit (4.3
         counts nothing else; a nack, above all a multiple one, not at all)."""
         self.flush_acks()  # first: a later multiple=True ack must not cover this one
-        with translated_errors("requeue"):
+        with translated_errors("requeue"), self._lock:
             self._channel.basic_reject(delivery_tag=tag, requeue=True)
 
     def hand_back_all(self) -> None:
@@ -459,23 +481,53 @@ class Consumer:
         the prefetch): basic.nack of all of them, which RabbitMQ 4.3 does not
         count as a failure (3.10 and 4.0 count every return anyway)."""
         self.flush_acks()
-        with translated_errors("hand back"):
+        with translated_errors("hand back"), self._lock:
             self._channel.basic_nack(delivery_tag=0, multiple=True, requeue=True)
 
     def keepalive(self, seconds: float = 0) -> None:
         """Let pika answer heartbeats for up to `seconds` (used while paused)."""
         self.flush_acks()
-        with translated_errors("heartbeat"):
+        with translated_errors("heartbeat"), self._lock:
             self._connection.process_data_events(time_limit=seconds)
 
+    def answer_heartbeats(self) -> bool:
+        """One turn of the heartbeat thread: let pika send and read what is
+        due, unless the worker is inside pika itself (it answers then). False
+        once there is nothing left to keep alive."""
+        if self._stopped.is_set() or not self._connection.is_open:
+            return False
+        if self._lock.acquire(blocking=False):
+            try:
+                self._connection.process_data_events(time_limit=0)
+            finally:
+                self._lock.release()
+        return True
+
     def close(self) -> None:
+        self._stopped.set()
         # What is not acked goes back: nacked first, else by the close itself.
         with contextlib.suppress(Exception):
             if self._connection.is_open:
                 self.hand_back_all()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), self._lock:
             if self._connection.is_open:
                 self._connection.close()
+
+
+def _keep_answering(consumer_ref, every: float) -> None:
+    """The heartbeat thread of a Consumer (held weakly: a consumer nobody
+    closed still goes away). A broken connection ends it quietly: the
+    worker's next call finds it broken and reconnects."""
+    stopped = consumer_ref()._stopped
+    while not stopped.wait(every):
+        consumer = consumer_ref()
+        try:
+            if consumer is None or not consumer.answer_heartbeats():
+                return
+        except Exception:
+            return
+        finally:
+            del consumer
 
 
 @contextlib.contextmanager

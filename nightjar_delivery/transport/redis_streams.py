@@ -11,8 +11,11 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
 - Redelivery: a consumer first reads its own pending entries (XREADGROUP with
   id 0), so a worker restarted under the same consumer name sees what it held
   (`redelivered=True`); entries pending under a consumer that is gone are
-  claimed with XAUTOCLAIM once idle for NIGHTJAR_CLAIM_IDLE_SECONDS. A claim
-  does not prove the first owner dead; the completion key makes that harmless.
+  claimed with XAUTOCLAIM once idle for NIGHTJAR_CLAIM_IDLE_SECONDS. A live
+  consumer keeps what it holds from being claimed however long a body runs:
+  a thread of its own resets their idle time (XCLAIM ... JUSTID) three times
+  per NIGHTJAR_CLAIM_IDLE_SECONDS. So a claim means the owner went silent
+  (dead, frozen, cut off); the completion key makes even that harmless.
 - Give up: the worker parks after its own count of failures; as a backstop
   (what RabbitMQ's x-delivery-limit is), an entry handed out more than
   NIGHTJAR_DELIVERY_LIMIT + 1 times (the pending entry's delivery counter,
@@ -26,7 +29,9 @@ import collections
 import contextlib
 import logging
 import socket
+import threading
 import time
+import weakref
 
 import redis
 import redis.exceptions
@@ -149,10 +154,38 @@ class Consumer:
         # pending list, when idle, on close, and past the prefetch. One lost
         # in a crash only means a redelivery, which the completion key absorbs.
         self._deferred: list[str] = []
+        # Entries read and not yet XACKed (handled, in the buffer, or with a
+        # deferred ack): the keeper thread keeps their idle time short. Every
+        # use of the client holds the lock: one connection, one thread at a time.
+        self._held: set[str] = set()
+        self._lock = threading.RLock()
+        self._stopped = threading.Event()
         try:
             ensure_group(self._client, self.queue)
         except redis.exceptions.RedisError as error:
             raise translated("connect", error) from None
+        every = max(conf.NIGHTJAR_CLAIM_IDLE_SECONDS / 3, 0.05)
+        threading.Thread(
+            target=_keep_holding, args=(weakref.ref(self), every), name="nightjar-keep-entries", daemon=True
+        ).start()
+
+    def keep_holding(self, wait: float) -> bool:
+        """One turn of the keeper thread: reset the idle time of every entry
+        this consumer holds, so no other consumer's XAUTOCLAIM takes it from
+        a live worker (JUSTID: no delivery is counted). False once closed."""
+        if self._stopped.is_set():
+            return False
+        if not self._lock.acquire(timeout=wait):
+            return True  # the worker is reading: nothing is running long now
+        try:
+            if self._held:
+                self._client.xclaim(self.queue, GROUP, self.name, 0, list(self._held), justid=True)
+        finally:
+            self._lock.release()
+        return True
+
+    def _acked(self, tags) -> None:
+        self._held.difference_update(tags)
 
     def get(self, *, dead: bool = False) -> Delivery | None:
         """Take one delivery (unacknowledged until ack), or None."""
@@ -175,16 +208,24 @@ class Consumer:
         return [delivery.body for delivery in self._buffer]
 
     def _take(self, count: int, *, block_ms: int | None) -> list[Delivery]:
+        with self._lock:
+            return self._take_locked(count, block_ms=block_ms)
+
+    def _take_locked(self, count: int, *, block_ms: int | None) -> list[Delivery]:
         try:
             if self._read_own_pending:
                 self.flush_acks()  # first: a read of our own pending list must not see what is done
-                entries = self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=count)
+                # One at a time: the worker may have died on one of them, and each read
+                # counts a delivery of every entry it returns (the dead-letter backstop's
+                # count): its neighbours must not be charged for the culprit's deaths.
+                entries = self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=1)
                 own = self._deliveries(entries, redelivered=True)
                 if own:
                     return own
                 self._read_own_pending = False
             if time.monotonic() - self._last_claim >= CLAIM_EVERY_SECONDS:
                 self._last_claim = time.monotonic()
+                self.flush_acks()  # first: what is done here must not come back as idle
                 claimed = self._claim(count)
                 if claimed:
                     return claimed
@@ -194,6 +235,7 @@ class Consumer:
                 pipe.xack(self.queue, GROUP, *self._deferred)
             pipe.xreadgroup(GROUP, self.name, {self.queue: ">"}, count=count, block=block_ms)
             entries = pipe.execute()[-1]
+            self._acked(self._deferred)
             self._deferred = []
             return self._deliveries(entries, redelivered=False)
         except redis.exceptions.RedisError as error:
@@ -227,6 +269,7 @@ class Consumer:
             if times > conf.NIGHTJAR_DELIVERY_LIMIT + 1:
                 self._dead_letter(tag, fields, times)
                 continue
+            self._held.add(tag)
             message_id = fields.get(b"message_id", b"")
             deliveries.append(
                 Delivery(
@@ -275,7 +318,8 @@ class Consumer:
 
     def _get_dead(self) -> Delivery | None:
         try:
-            entries = self._client.xrange(self.dead, count=1)
+            with self._lock:
+                entries = self._client.xrange(self.dead, count=1)
         except redis.exceptions.RedisError as error:
             raise translated("get", error) from None
         if not entries:
@@ -304,10 +348,12 @@ class Consumer:
             return
         live, self._deferred = self._deferred + live, []
         try:
-            if live:
-                self._client.xack(self.queue, GROUP, *live)
-            if dead:
-                self._client.xdel(self.dead, *dead)
+            with self._lock:
+                if live:
+                    self._client.xack(self.queue, GROUP, *live)
+                    self._acked(live)
+                if dead:
+                    self._client.xdel(self.dead, *dead)
         except redis.exceptions.RedisError as error:
             raise translated("ack", error) from None
 
@@ -332,9 +378,27 @@ class Consumer:
         time.sleep(seconds)  # no heartbeats to answer; an idle client loses nothing
 
     def close(self) -> None:
+        self._stopped.set()
         with contextlib.suppress(BrokerError):
             self.flush_acks()
-        self._client.close()
+        with self._lock:
+            self._client.close()
+
+
+def _keep_holding(consumer_ref, every: float) -> None:
+    """The keeper thread of a Consumer (held weakly: a consumer nobody
+    closed still goes away). A failed call is tried again at the next turn;
+    the worker's own calls report a broker that is gone."""
+    stopped = consumer_ref()._stopped
+    while not stopped.wait(every):
+        consumer = consumer_ref()
+        try:
+            if consumer is None or not consumer.keep_holding(every):
+                return
+        except redis.exceptions.RedisError as error:
+            logger.info("Could not refresh the entries this worker holds: %s", error)
+        finally:
+            del consumer
 
 
 def short_call(action: str, function):

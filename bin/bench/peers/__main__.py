@@ -1,7 +1,11 @@
 """`python -m bench.peers enqueue N [--celery]`: enqueue N trivial tasks
 with this process's backend (Django's TASKS, or Celery with --celery), one
 call each outside any transaction, as an application would; prints
-{"seconds": ...} (the N calls, not the start-up) as JSON."""
+{"seconds": ...} (the N calls, not the start-up) as JSON.
+
+`python -m bench.peers worker-without-time-limit worker ARGS...`: `manage.py
+worker ARGS...` with nightjar_tasks' time limit disarmed (the reference of
+the tasks-limit section: what the alarm costs per task)."""
 
 import argparse
 import json
@@ -9,7 +13,24 @@ import sys
 import time
 
 
+def worker_without_time_limit(argv: list[str]) -> int:
+    import contextlib
+
+    import django
+
+    django.setup()
+    from django.core.management import execute_from_command_line
+
+    from nightjar_tasks import limits
+
+    limits.Limit = lambda seconds: contextlib.nullcontext()  # the runner looks it up per task
+    execute_from_command_line(["manage.py", *argv])
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["worker-without-time-limit"]:
+        return worker_without_time_limit(sys.argv[2:])
     parser = argparse.ArgumentParser(prog="python -m bench.peers")
     parser.add_argument("action", choices=["enqueue"])
     parser.add_argument("n", type=int)

@@ -184,6 +184,7 @@ class Command(BaseCommand):
             if options["serve"]:
                 worker.serve()
                 return
+            worker.install_interrupt_handler()
             worker.connect()
             if options["drain"]:
                 count = worker.drain()
