@@ -215,6 +215,7 @@ class Consumer:
         try:
             if self._read_own_pending:
                 self.flush_acks()  # first: a read of our own pending list must not see what is done
+            while self._read_own_pending:
                 # One at a time: the worker may have died on one of them, and each read
                 # counts a delivery of every entry it returns (the dead-letter backstop's
                 # count): its neighbours must not be charged for the culprit's deaths.
@@ -222,7 +223,9 @@ class Consumer:
                 own = self._deliveries(entries, redelivered=True)
                 if own:
                     return own
-                self._read_own_pending = False
+                # Empty: the list is done. An entry dead-lettered or trimmed (and XACKed)
+                # instead: read on, or the entries behind it would wait for a claim.
+                self._read_own_pending = any(stream_entries for _, stream_entries in (entries or []))
             if time.monotonic() - self._last_claim >= CLAIM_EVERY_SECONDS:
                 self._last_claim = time.monotonic()
                 self.flush_acks()  # first: what is done here must not come back as idle
