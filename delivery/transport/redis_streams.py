@@ -179,7 +179,10 @@ class Consumer:
             return True  # the worker is reading: nothing is running long now
         try:
             if self._held:
-                self._client.xclaim(self.queue, GROUP, self.name, 0, list(self._held), justid=True)
+                kept = self._client.xclaim(self.queue, GROUP, self.name, 0, list(self._held), justid=True)
+                # What is no longer pending (acked by a consumer that claimed it while
+                # this one was frozen, or trimmed) is not ours to keep: forget it.
+                self._held.intersection_update(k.decode() if isinstance(k, bytes) else k for k in kept)
         finally:
             self._lock.release()
         return True
