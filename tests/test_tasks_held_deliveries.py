@@ -84,16 +84,20 @@ def test_a_worker_death_is_charged_only_to_the_task_it_was_running(workers, work
         done = TaskRecord.objects.filter(pk__in=[r.id for r in innocents], status=TaskResultStatus.SUCCESSFUL)
         return done.count() == 5 and TaskParked.objects.holding().filter(task_id=culprit.id).exists()
 
-    deaths = 0
+    deaths, outputs = 0, []
     while True:
         worker = workers.start(*TASKS, "--serve", "--prefetch", "10", "--reconcile-every", "1", env=env)
         until(lambda: worker.proc.poll() is not None or settled(), timeout=60, what="a death or the end")  # noqa: B023
         if worker.proc.poll() is None:
             break
         deaths += 1
-        assert deaths <= 2 * 2 + 2, f"{deaths} deaths and still not settled:\n" + worker.finish()[1]
+        outputs.append(worker.finish()[1])
+        assert deaths <= 2 * 2 + 2, f"{deaths} deaths and still not settled:\n" + outputs[-1]
     worker.signal(signal.SIGTERM)
-    assert worker.finish()[0] == 0
+    status, output = worker.finish()
+    assert status == 0, output
+    # The five ran from the queue, not after reconcile's grace period (a stranded delivery).
+    assert not any("Reconcile republished" in out for out in [*outputs, output]), output
     assert TaskRecord.objects.get(pk=culprit.id).status != TaskResultStatus.SUCCESSFUL
     assert [p.task_id for p in TaskParked.objects.holding()] == [int(culprit.id)]  # the culprit alone
     assert "The worker died while handling it" in TaskParked.objects.holding().get().reason

@@ -179,7 +179,10 @@ class Consumer:
             return True  # the worker is reading: nothing is running long now
         try:
             if self._held:
-                self._client.xclaim(self.queue, GROUP, self.name, 0, list(self._held), justid=True)
+                kept = self._client.xclaim(self.queue, GROUP, self.name, 0, list(self._held), justid=True)
+                # What is no longer pending (acked by a consumer that claimed it while
+                # this one was frozen, or trimmed) is not ours to keep: forget it.
+                self._held.intersection_update(k.decode() if isinstance(k, bytes) else k for k in kept)
         finally:
             self._lock.release()
         return True
@@ -215,6 +218,7 @@ class Consumer:
         try:
             if self._read_own_pending:
                 self.flush_acks()  # first: a read of our own pending list must not see what is done
+            while self._read_own_pending:
                 # One at a time: the worker may have died on one of them, and each read
                 # counts a delivery of every entry it returns (the dead-letter backstop's
                 # count): its neighbours must not be charged for the culprit's deaths.
@@ -222,7 +226,9 @@ class Consumer:
                 own = self._deliveries(entries, redelivered=True)
                 if own:
                     return own
-                self._read_own_pending = False
+                # Empty: the list is done. An entry dead-lettered or trimmed (and XACKed)
+                # instead: read on, or the entries behind it would wait for a claim.
+                self._read_own_pending = any(stream_entries for _, stream_entries in (entries or []))
             if time.monotonic() - self._last_claim >= CLAIM_EVERY_SECONDS:
                 self._last_claim = time.monotonic()
                 self.flush_acks()  # first: what is done here must not come back as idle
