@@ -41,6 +41,8 @@ def wheel(tmp_path_factory) -> Path:
     (an in-tree build would reuse whatever an earlier build left in build/)."""
     source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
     shutil.copy(ROOT / "pyproject.toml", source)
+    (source / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "tasks.md", source / "docs")  # the distribution's readme
     for package in LIBRARY:
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
