@@ -4,6 +4,7 @@ is proven with real brokers and killed worker processes in
 tests/test_tasks_broker.py."""
 
 import io
+import signal as signals
 from datetime import UTC, timedelta
 
 import pytest
@@ -533,3 +534,26 @@ def test_on_sqlite_a_batch_shares_one_lock_budget_and_what_it_does_not_reach_is_
         result.refresh()
         assert result.status == TaskResultStatus.SUCCESSFUL
     assert Group.objects.filter(name__startswith="slow-").count() == 2
+
+
+def test_the_transports_threads_never_take_the_worker_s_signals():
+    """A signal the kernel hands to a background thread would not interrupt the
+    main thread's sleep or socket read (the body's), so Ctrl+C and the time limit
+    would wait for it: every thread the transports start blocks them."""
+    import threading
+
+    from nightjar_delivery import transport
+
+    seen = {}
+
+    def run():
+        transport.background_thread()
+        seen["blocked"] = signals.pthread_sigmask(signals.SIG_BLOCK, set())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen["blocked"] >= transport.WORKER_SIGNALS
+    assert not transport.WORKER_SIGNALS & signals.pthread_sigmask(
+        signals.SIG_BLOCK, set()
+    )  # the main thread's unchanged

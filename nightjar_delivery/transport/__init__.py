@@ -9,6 +9,7 @@ default), redis-py in `redis_streams.py`. The broker URL's scheme
 """
 
 import importlib
+import signal
 import time
 from typing import NamedTuple
 from urllib.parse import urlsplit
@@ -158,3 +159,15 @@ def publish_raw(bodies: list[bytes], *, dead: bool = False, queue: str | None = 
     """Publish bodies exactly as given, without the contract: tests and
     diagnosis tools playing a client that is not Nightjar's."""
     backend().publish_raw(bodies, dead=dead, queue=queue)
+
+
+# The signals the worker acts on: Ctrl+C, SIGTERM, and the task time limit's alarm.
+WORKER_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}
+
+
+def background_thread() -> None:
+    """First call of every thread the transports start: it never takes the
+    worker's signals. A signal the kernel hands to another thread does not
+    interrupt the main thread's blocking call (a body's sleep or socket read),
+    so a Ctrl+C or a time limit would wait for that call to end."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)

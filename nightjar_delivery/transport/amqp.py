@@ -30,7 +30,15 @@ import pika
 import pika.exceptions
 
 from nightjar_delivery import conf
-from nightjar_delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
+from nightjar_delivery.transport import (
+    Backoff,
+    BrokerError,
+    Delivery,
+    background_thread,
+    dead_letter_queue_name,
+    masked_url,
+    queue_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +140,7 @@ def within(seconds: float, action: str, function, *args, **kwargs):
     done = threading.Event()
 
     def run():
+        background_thread()
         try:
             outcome["value"] = function(*args, **kwargs)
         except BaseException as error:  # handed to the caller, whatever it is
@@ -194,6 +203,7 @@ class _PublisherThread(threading.Thread):
         self.blocked = False
 
     def run(self) -> None:
+        background_thread()
         while (job := self.jobs.get()) is not None:
             try:
                 self.publish(job)
@@ -518,6 +528,7 @@ def _keep_answering(consumer_ref, every: float) -> None:
     """The heartbeat thread of a Consumer (held weakly: a consumer nobody
     closed still goes away). A broken connection ends it quietly: the
     worker's next call finds it broken and reconnects."""
+    background_thread()
     stopped = consumer_ref()._stopped
     while not stopped.wait(every):
         consumer = consumer_ref()

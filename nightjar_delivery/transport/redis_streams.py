@@ -37,7 +37,15 @@ import redis
 import redis.exceptions
 
 from nightjar_delivery import conf
-from nightjar_delivery.transport import Backoff, BrokerError, Delivery, dead_letter_queue_name, masked_url, queue_name
+from nightjar_delivery.transport import (
+    Backoff,
+    BrokerError,
+    Delivery,
+    background_thread,
+    dead_letter_queue_name,
+    masked_url,
+    queue_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -395,6 +403,7 @@ def _keep_holding(consumer_ref, every: float) -> None:
     """The keeper thread of a Consumer (held weakly: a consumer nobody
     closed still goes away). A failed call is tried again at the next turn;
     the worker's own calls report a broker that is gone."""
+    background_thread()
     stopped = consumer_ref()._stopped
     while not stopped.wait(every):
         consumer = consumer_ref()
