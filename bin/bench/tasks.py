@@ -331,13 +331,15 @@ class TableStatements:
         self.json = f"{mark}::jsonb" if self.pg else mark
 
     def enqueue(self, number: int):
+        from nightjar_tasks.models import new_task_id  # (task ids are random: the column has no default)
+
         mark, now = self.mark, stamp()
-        columns = "task_path, args, kwargs, queue_name, backend, priority, takes_context, status, enqueued_at, "
+        columns = "id, task_path, args, kwargs, queue_name, backend, priority, takes_context, status, enqueued_at, "
         columns += "published_at, errors, worker_ids, attempts, requeued_at_attempt, atomic"
-        values = f"{mark}, {self.json}, {self.json}, 'default', 'default', 0, FALSE, 'READY', {mark}, {mark}, "
+        values = f"{mark}, {mark}, {self.json}, {self.json}, 'default', 'default', 0, FALSE, 'READY', {mark}, {mark}, "
         values += f"{self.json}, {self.json}, 0, 0, TRUE"
         sql = f"INSERT INTO {TASK_TABLE} ({columns}) VALUES ({values}) RETURNING id"
-        return sql, ["bench.peers.tasks.write_row", json.dumps([number]), "{}", now, now, "[]", "[]"]
+        return sql, [new_task_id(), "bench.peers.tasks.write_row", json.dumps([number]), "{}", now, now, "[]", "[]"]
 
     def run(self, cursor, ids: list[int], *, each: bool) -> None:
         mark, now = self.mark, stamp()
