@@ -388,7 +388,8 @@ def valid_digests() -> dict:
     """What a door phone keeps for offline scans: the digests of the tickets
     it may admit (never the secrets), those already in, and those replaced."""
     fill_digests()
-    duplicated = set(
+    # Registrations the door refuses: two tickets (until repair), or cancelled.
+    refused = set(
         Ticket.objects.values("registration_id")
         .order_by()
         .annotate(n=Count("pk"))
@@ -396,16 +397,16 @@ def valid_digests() -> dict:
         .values_list("registration_id", flat=True)
     )
     # Cancelled registrations' tickets are void: an offline door judges them red, as the server does.
-    duplicated |= set(Registration.objects.filter(seat=Seat.CANCELLED).values_list("pk", flat=True))
+    refused |= set(Registration.objects.filter(seat=Seat.CANCELLED).values_list("pk", flat=True))
     checked_in = set(CheckIn.objects.values_list("ticket_id", flat=True))
     valid, inside = [], []
     for sha256, ticket_id, registration_id in TicketDigest.objects.filter(ticket__isnull=False).values_list(
         "sha256", "ticket_id", "registration_id"
     ):
-        if registration_id in duplicated:
+        if registration_id in refused:
             continue
         (inside if ticket_id in checked_in else valid).append(sha256)
-    numbers = offline_numbers(duplicated, checked_in)
+    numbers = offline_numbers(refused, checked_in)
     return {"valid": valid, "checked_in": inside, "numbers": numbers}
 
 
@@ -415,15 +416,14 @@ def offline_numbers(refused: set, checked_in: set) -> dict[str, str]:
     as the server judges a typed number (a registration by its first ticket;
     none for a registration the server refuses: duplicate tickets, or
     cancelled). Numbers are no secret."""
-    duplicated = refused
     numbers, first = {}, {}
     for pk, registration_id in Ticket.objects.order_by("issued", "id").values_list("pk", "registration_id"):
         first.setdefault(registration_id, pk)
-        if registration_id in duplicated:
+        if registration_id in refused:
             continue
         numbers[f"T-{pk:04d}"] = "checked_in" if pk in checked_in else "valid"
     for registration_id, pk in first.items():
-        if registration_id not in duplicated:
+        if registration_id not in refused:
             numbers[f"R-{registration_id:04d}"] = "checked_in" if pk in checked_in else "valid"
     return numbers
 

@@ -126,10 +126,11 @@ def read_json(request) -> dict:
     except ValueError:
         length = 0
     try:
-        if length > MAX_BODY or len(request.body) > MAX_BODY:
-            raise BadBody(f"The body is over {MAX_BODY // 1024} KB: send at most {MAX_SYNC} scans at a time.")
-    except RequestDataTooBig:
-        raise BadBody(f"The body is over {MAX_BODY // 1024} KB: send at most {MAX_SYNC} scans at a time.") from None
+        too_big = length > MAX_BODY or len(request.body) > MAX_BODY
+    except RequestDataTooBig:  # past Django's own DATA_UPLOAD_MAX_MEMORY_SIZE
+        too_big = True
+    if too_big:
+        raise BadBody(f"The body is over {MAX_BODY // 1024} KB: send at most {MAX_SYNC} scans at a time.")
     try:
         body = load_json(request.body)
     except ContractError as error:

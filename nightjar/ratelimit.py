@@ -4,6 +4,7 @@ per-process cache let 3 gunicorn processes take 357 of 500 scans against a
 limit of 120): the guest form's limit per client address and the door's
 per staff user, where each scan counts (a sync of N scans costs N)."""
 
+import functools
 import random
 import time
 
@@ -22,23 +23,31 @@ def over_limit(key: str, limit: int, *, cost: int = 1) -> bool:
     return count(key, cost) > limit
 
 
+@functools.cache
+def _statements(alias: str) -> tuple[str, str]:
+    """The upsert and the clean-up, quoted for this database once (a guest's POST runs them)."""
+    quote = connections[alias].ops.quote_name
+    table, key, minute, count_ = (quote(name) for name in (_TABLE, "key", "minute", "count"))
+    upsert = (
+        f"INSERT INTO {table} ({key}, {minute}, {count_}) VALUES (%s, %s, %s) "
+        f"ON CONFLICT ({key}, {minute}) DO UPDATE SET {count_} = {table}.{count_} + excluded.{count_} "
+        f"RETURNING {count_}"
+    )
+    return upsert, f"DELETE FROM {table} WHERE {minute} < %s"
+
+
 def count(key: str, cost: int = 1) -> int:
     """Add cost to key's count of this minute and return the new count: one
     statement, atomic under concurrency on SQLite (3.35+) and PostgreSQL."""
     minute = int(time.time() // 60)
     alias = RateCount.objects.db
     connection = connections[alias]
-    table, key_, minute_, count_ = (connection.ops.quote_name(name) for name in (_TABLE, "key", "minute", "count"))
+    upsert, forget = _statements(alias)
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL synchronous_commit = off")  # a lost count after a crash harms nobody
-        cursor.execute(
-            f"INSERT INTO {table} ({key_}, {minute_}, {count_}) VALUES (%s, %s, %s) "
-            f"ON CONFLICT ({key_}, {minute_}) DO UPDATE SET {count_} = {table}.{count_} + excluded.{count_} "
-            f"RETURNING {count_}",
-            [key[:200], minute, cost],
-        )
+        cursor.execute(upsert, [key[:200], minute, cost])
         (total,) = cursor.fetchone()
         if random.random() < 0.01:  # now and then, forget the minutes that are over
-            cursor.execute(f"DELETE FROM {table} WHERE {minute_} < %s", [minute - 1])
+            cursor.execute(forget, [minute - 1])
     return total
