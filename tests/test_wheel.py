@@ -41,6 +41,7 @@ def wheel(tmp_path_factory) -> Path:
     (an in-tree build would reuse whatever an earlier build left in build/)."""
     source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
     shutil.copy(ROOT / "pyproject.toml", source)
+    shutil.copy(ROOT / "LICENSE", source)
     (source / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "tasks.md", source / "docs")  # the distribution's readme
     for package in LIBRARY:
@@ -74,10 +75,13 @@ def test_the_wheel_holds_the_engine_and_the_tasks_backend_only(wheel):
     assert "nightjar_tasks/migrations/0001_initial.py" in names
     assert "nightjar_delivery/management/commands/nightjar_worker.py" in names
     assert "nightjar_tasks/templates/admin/nightjar_tasks/taskrecord/confirm.html" in names  # the admin's plan page
+    assert {"nightjar_delivery/py.typed", "nightjar_tasks/py.typed"} <= set(names)  # PEP 561: the annotations are read
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     for site_part in ("tickets/", "desk/", "door/", "classroom/", "nightjar/", "tests/", "examples/", "devtools/"):
         assert not any(name.startswith(site_part) for name in names), site_part
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Name: django-nightjar" in metadata
+    assert "License-Expression: BSD-3-Clause" in metadata
     for extra in ("rabbitmq", "redis", "postgres", "prometheus", "backport"):
         assert f"Provides-Extra: {extra}" in metadata
     # pika, redis-py and prometheus-client only with their extras: a project on Redis never installs pika.
