@@ -7,13 +7,13 @@ each, show their plan first, and call the same services as `parked
 the same transaction."""
 
 import json
+from functools import partial
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Exists, OuterRef
-from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import channel, reconcile
+from nightjar_delivery import admin_plans, channel, reconcile
 from nightjar_tasks import conf
 from nightjar_tasks.models import TaskParked, TaskRecord, TaskStaffAction
 
@@ -137,40 +137,31 @@ class TaskRecordAdmin(admin.ModelAdmin):
 
     @admin.action(description="Requeue: run the parked task again (a fresh retry budget)", permissions=["requeue"])
     def requeue(self, request, queryset):
-        return self.confirm_then(request, queryset, "requeue", reconcile.requeue_parked, "run again")
+        return self.plan(request, queryset, "requeue", reconcile.requeue_parked, "run again")
 
     @admin.action(description="Discard: give up on the parked task", permissions=["discard"])
     def discard(self, request, queryset):
-        return self.confirm_then(request, queryset, "discard", reconcile.discard_parked, "give up on (it stays FAILED)")
+        return self.plan(request, queryset, "discard", reconcile.discard_parked, "give up on (it stays FAILED)")
 
-    def confirm_then(self, request, queryset, action: str, service, what: str):
+    def plan(self, request, queryset, action: str, service, what: str):
         """The plan first (which tasks, what happens; those not parked are
         named and left alone), then, confirmed, the service per task."""
         chosen = list(queryset.order_by("enqueued_at", "pk"))
-        parked = [record for record in chosen if record.is_parked]
-        if request.POST.get("confirm") == action:
-            for record in parked:
-                tasks_channel = channel.get(conf.channel_name(record.queue_name))
-                try:
-                    service(tasks_channel, code=str(record.pk), actor=actor(request))
-                except channel.DomainError as error:
-                    self.message_user(request, str(error), messages.ERROR)
-                    continue
-                self.message_user(request, f"task {record.pk}: {action}d.", messages.SUCCESS)
-            return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"{action.capitalize()} parked tasks",
-            "lines": [f"task {record.pk} ({record.task_path}): {what}" for record in parked],
-            "skipped": [
-                f"task {record.pk} ({record.task_path}, {record.status})" for record in chosen if not record.is_parked
-            ],
-            "action": action,
-            "selected": [record.pk for record in chosen],
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/nightjar_tasks/taskrecord/confirm.html", context)
+
+        def change(record) -> str:
+            service(channel.get(conf.channel_name(record.queue_name)), code=str(record.pk), actor=actor(request))
+            return f"task {record.pk}: {action}d."
+
+        plan = admin_plans.Plan(
+            action=action,
+            title=f"{action.capitalize()} parked tasks",
+            steps=[(f"task {r.pk} ({r.task_path}): {what}", partial(change, r)) for r in chosen if r.is_parked],
+            selected=[record.pk for record in chosen],
+            nothing=f"None of the selected tasks is parked: there is nothing to {action}.",
+            set_aside=[f"task {r.pk} ({r.task_path}, {r.status})" for r in chosen if not r.is_parked],
+            set_aside_heading="Not parked, left alone:",
+        )
+        return admin_plans.plan_then_apply(self, request, plan)
 
 
 @admin.register(TaskStaffAction)

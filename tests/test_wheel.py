@@ -74,7 +74,7 @@ def test_the_wheel_holds_the_engine_and_the_tasks_backend_only(wheel):
     assert tops == set(LIBRARY)
     assert "nightjar_tasks/migrations/0001_initial.py" in names
     assert "nightjar_delivery/management/commands/nightjar_worker.py" in names
-    assert "nightjar_tasks/templates/admin/nightjar_tasks/taskrecord/confirm.html" in names  # the admin's plan page
+    assert "nightjar_delivery/templates/admin/nightjar_delivery/plan.html" in names  # the admin's plan page
     assert {"nightjar_delivery/py.typed", "nightjar_tasks/py.typed"} <= set(names)  # PEP 561: the annotations are read
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     for site_part in ("tickets/", "desk/", "door/", "classroom/", "nightjar/", "tests/", "examples/", "devtools/"):

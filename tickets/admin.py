@@ -2,16 +2,17 @@
 (the operations desk's pages are desk/views.py). Actions call the same
 services as the management commands; nothing here changes rows on its own."""
 
+from functools import partial
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import transport
+from nightjar_delivery import admin_plans, transport
 from tickets import contract
 from tickets.models import (
     Completion,
@@ -242,32 +243,29 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
     @admin.action(description="Repair duplicate tickets", permissions=["change"])
     def repair_duplicate_tickets(self, request, queryset):
         """First show the plans; apply them only when staff confirm."""
-        registrations = list(queryset.order_by("pk")[:200])
-        if request.POST.get("confirm") == "apply":
-            for registration in registrations:
-                try:
-                    plan = repair_registration(code=registration.code, actor=actor(request))
-                except NightjarError as error:
-                    self.message_user(request, str(error), messages.ERROR)
-                    continue
-                self.message_user(request, f"{registration.code}: {plan.summary()}.", messages.SUCCESS)
-            return None
-        plans, refusals = [], []
+        registrations, steps, refusals = list(queryset.order_by("pk")[:200]), [], []
         for registration in registrations:
             try:
-                plans.append(plan_repair(code=registration.code))
+                plan = plan_repair(code=registration.code)
             except NightjarError as error:
                 refusals.append(str(error))
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Repair duplicate tickets",
-            "plans": plans,
-            "refusals": refusals,
-            "selected": [r.pk for r in registrations],
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/tickets/registration/repair_confirm.html", context)
+                continue
+            steps.append(("\n".join(plan.lines()), partial(self.repair, request, registration.code)))
+        plan = admin_plans.Plan(
+            action="repair_duplicate_tickets",
+            title="Repair duplicate tickets",
+            steps=steps,
+            selected=[r.pk for r in registrations],
+            nothing="Nothing to repair among the selected registrations.",
+            confirm="apply",
+            button="Apply the repair",
+            set_aside=refusals,
+            set_aside_heading="Refused:",
+        )
+        return admin_plans.plan_then_apply(self, request, plan)
+
+    def repair(self, request, code: str) -> str:
+        return f"{code}: {repair_registration(code=code, actor=actor(request)).summary()}."
 
     def has_cancel_permission(self, request) -> bool:
         return request.user.has_perm("tickets.cancel_registration")
@@ -276,33 +274,28 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
     def cancel_registrations(self, request, queryset):
         """Show the plan and ask for a reason; cancel only when staff confirm."""
         registrations = [r for r in queryset.order_by("pk")[:200] if r.seat != Seat.CANCELLED]
-        reason = request.POST.get("reason", "").strip()[:400]
-        if request.POST.get("confirm") == "cancel" and reason:
-            for registration in registrations:
-                try:
-                    done = seats.cancel_registration(registration=registration, actor=actor(request), reason=reason)
-                except NightjarError as error:
-                    self.message_user(request, str(error), messages.ERROR)
-                    continue
-                given = ", ".join(r.code for r in done.promoted)
-                self.message_user(
-                    request,
-                    f"{registration.code} cancelled" + (f"; its seat went to {given}." if given else "."),
-                    messages.SUCCESS,
-                )
-            return None
-        if request.POST.get("confirm") == "cancel":
-            self.message_user(request, "Give a reason for the cancellation; nothing was cancelled.", messages.ERROR)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Cancel registrations",
-            "lines": [f"{r.code} {r.name} ({r.get_seat_display()})" for r in registrations],
-            "reason": reason,
-            "selected": [r.pk for r in registrations],
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/tickets/registration/cancel_confirm.html", context)
+        plan = admin_plans.Plan(
+            action="cancel_registrations",
+            title="Cancel registrations",
+            steps=[
+                (f"{r.code} {r.name} ({r.get_seat_display()})", partial(self.cancel, request, r)) for r in registrations
+            ],
+            selected=[r.pk for r in registrations],
+            nothing="Every selected registration is already cancelled; there is nothing to cancel.",
+            confirm="cancel",
+            button="Yes, cancel",
+            note="A freed seat goes to the first guest on the waiting list, and their ticket is published.",
+            reason_label="Reason (kept in the staff trail; required)",
+            no_reason="Give a reason for the cancellation; nothing was cancelled.",
+        )
+        return admin_plans.plan_then_apply(self, request, plan)
+
+    def cancel(self, request, registration) -> str:
+        done = seats.cancel_registration(
+            registration=registration, actor=actor(request), reason=admin_plans.reason(request)
+        )
+        given = ", ".join(r.code for r in done.promoted)
+        return f"{registration.code} cancelled" + (f"; its seat went to {given}." if given else ".")
 
 
 class EveningForm(forms.ModelForm):
@@ -456,33 +449,27 @@ class ParkedDeliveryAdmin(BoundedSearch, admin.ModelAdmin):
 
     @admin.action(description="Requeue: publish again", permissions=["change"])
     def requeue(self, request, queryset):
-        return self.confirm_then(request, queryset, "requeue", requeue_parked, "publish again")
+        return self.plan(request, queryset, "requeue", requeue_parked, "publish again")
 
     @admin.action(description="Discard: give up on it", permissions=["change"])
     def discard(self, request, queryset):
-        return self.confirm_then(request, queryset, "discard", discard_parked, "give up on (no ticket)")
+        return self.plan(request, queryset, "discard", discard_parked, "give up on (no ticket)")
 
-    def confirm_then(self, request, queryset, action: str, service, what: str):
+    def plan(self, request, queryset, action: str, service, what: str):
         codes = sorted({p.registration.code for p in queryset.select_related("registration") if p.registration})
-        if request.POST.get("confirm") == action:
-            for code in codes:
-                try:
-                    service(code=code, actor=actor(request))
-                except NightjarError as error:
-                    self.message_user(request, str(error), messages.ERROR)
-                    continue
-                self.message_user(request, f"{code}: {action}d.", messages.SUCCESS)
-            return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"{action.capitalize()} parked deliveries",
-            "lines": [f"{code}: {what}" for code in codes],
-            "action": action,
-            "selected": list(queryset.values_list("pk", flat=True)),
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/tickets/parkeddelivery/confirm.html", context)
+
+        def change(code: str) -> str:
+            service(code=code, actor=actor(request))
+            return f"{code}: {action}d."
+
+        plan = admin_plans.Plan(
+            action=action,
+            title=f"{action.capitalize()} parked deliveries",
+            steps=[(f"{code}: {what}", partial(change, code)) for code in codes],
+            selected=list(queryset.values_list("pk", flat=True)),
+            nothing=f"None of the selected deliveries names a registration; there is nothing to {action}.",
+        )
+        return admin_plans.plan_then_apply(self, request, plan)
 
 
 @admin.register(DeliveryFailure)
