@@ -22,7 +22,7 @@ from nightjar_delivery import channel, conf, metrics, reconcile, recording, tran
 from nightjar_delivery.checkpoints import Pause
 from nightjar_delivery.codec import ContractError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("nightjar_delivery.worker")  # the name its log lines always carried
 
 # Set when the worker's own SIGINT/SIGTERM handler raised KeyboardInterrupt:
 # a handler tells a real Ctrl+C from a body that raised KeyboardInterrupt
