@@ -99,7 +99,7 @@ def test_a_failed_batch_retried_one_by_one_never_acks_past_its_failed_delivery(m
     worker.consumer._prefetch = 10
     worker.flush_acks = False  # service mode without checkpoints
     worker.batch = 3  # batch mode: the three come as one batch
-    monkeypatch.setattr("nightjar_delivery.worker.loop.RETRY_PAUSE", 0)
+    monkeypatch.setattr("nightjar_delivery.worker.failures.RETRY_PAUSE", 0)
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     batch = [amqp.Delivery(body=body, tag=tag, redelivered=False, message_id="m", attempts=0) for tag in (1, 2, 3)]
 

@@ -151,7 +151,7 @@ def _valid(name: str) -> bool:
 def test_arbitrary_bytes_never_crash_the_worker_and_never_make_a_ticket_unless_valid(monkeypatch, body):
     # The worker drops stale connections before each delivery; here the test's
     # own transaction must survive, so that step is skipped.
-    monkeypatch.setattr("nightjar_delivery.worker.loop.close_old_connections", lambda: None)
+    monkeypatch.setattr("nightjar_delivery.worker.handle.close_old_connections", lambda: None)
     with transaction.atomic():
         registration = Registration.objects.create(pk=1, name="Known Name")
         worker = Worker(handler=handle, stdout=io.StringIO())
