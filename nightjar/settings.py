@@ -95,7 +95,9 @@ NIGHTJAR_BROKER_URL = (
 # Optional: RabbitMQ's management API, for the unacknowledged count on the
 # admin's status page (bin/run's node serves it on port 15673).
 RABBITMQ_MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15673/")
-NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE", "nightjar.registrations")
+NIGHTJAR_QUEUE = os.environ.get("NIGHTJAR_QUEUE", "nightjar.registrations")  # tickets/conf.py
+# The channel a command serves without --channel (nightjar_delivery/conf.py): the lesson's.
+NIGHTJAR_DEFAULT_CHANNEL = "registrations"
 NIGHTJAR_TASKS_QUEUE = os.environ.get("NIGHTJAR_TASKS_QUEUE", "nightjar.tasks")  # nightjar_tasks/conf.py
 # After this many failed attempts the worker parks a registration for staff
 # (Nightjar's own count); also the broker's backstop (quorum queue

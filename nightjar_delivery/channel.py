@@ -1,42 +1,54 @@
 """What the engine needs from the apps that use it, in one place.
 
 The engine (this app) moves bodies from a broker to a handler and never
-imports its users. A user subclasses `Channel`, names it, says which broker
-queue it uses, what its bodies mean and where its records live, and registers
-one instance at start-up:
+imports its users. A user subclasses `Channel`, writes its abstract methods
+(what only its domain can answer: decode, intent_id, check_stored,
+default_handler, handle_batch, publish, due, settled), names it, its queue
+and its record models, and registers it at start-up; the rest has defaults
+derived from those models (override one to answer faster or otherwise):
 
-    # tickets/apps.py
+    # myapp/apps.py
     def ready(self):
         from nightjar_delivery import channel
-        from tickets.channel import RegistrationsChannel
-        channel.register(RegistrationsChannel())  # name "registrations", queue NIGHTJAR_QUEUE
+        from myapp.channel import OrdersChannel
+        channel.register(OrdersChannel)  # refused, naming what is missing, when incomplete
 
 Several channels may be registered, each with its own unique `name` and its
 own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`):
 
-- `register(ch)`: add a channel (ValueError for a name already taken by another).
+- `register(ch)`: add a channel (a class or an instance); ImproperlyConfigured
+  naming what is missing, ValueError for a name already taken by another.
 - `get(name)`: the channel of that name (LookupError naming the registered ones).
 - `all()`: the registered channels, in registration order.
 - `select(name)`: make it the process's channel (`worker/reconcile/parked
   --channel NAME`); None goes back to the default.
 - `current()`: the process's channel, for code that serves one: the selected
-  one, else "registrations" when registered, else the only one registered,
-  else LookupError listing the names.
+  one, else `default()`: the one NIGHTJAR_DEFAULT_CHANNEL names when
+  registered, else the only one registered, else LookupError listing the names.
 
-The worker, the recording of what it saw (nightjar_delivery/recording.py), the
-`worker`, `reconcile` and `parked` commands, the metrics and the system
-checks call `channel.current()`; nothing else of the user. Everything that
+The worker, the `worker`, `reconcile` and `parked` commands, the metrics and
+the system checks call `channel.current()`; the recording of what the worker
+saw (nightjar_delivery/recording.py) is handed its channel. Everything that
 touches the broker passes the channel's queue explicitly:
 `transport.publish(body, message_id=..., queue=ch.queue)`,
 `transport.Consumer(prefetch=..., queue=ch.queue)`, `transport.queue_counts(ch.queue)`.
 
-An intent is what the user stored before publishing (for tickets, a
-registration) and is named by an integer key. A message is the user's
-checked form of a body (any object); the engine only hands it back.
+An intent is what the user stored before publishing (an order, a task) and
+is named by an integer key. A message is the user's checked form of a body
+(any object); the engine only hands it back.
 """
 
+import abc
+import getpass
 from collections.abc import Callable, Iterable
 
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from nightjar_delivery import conf
 from nightjar_delivery.transport import Delivery
 
 
@@ -48,154 +60,268 @@ class DomainError(Exception):
     """The user refused a staff request (the commands exit 1 with its sentence)."""
 
 
-class Channel:
-    """Override every method; each docstring is the promise the engine relies on."""
+class Channel(abc.ABC):
+    """A user writes the abstract methods (what only its domain can answer)
+    and names its models; the rest has defaults derived from those models,
+    as ModelAdmin's come from its model. Each docstring is the promise the
+    engine relies on; override a default only to answer faster or otherwise."""
 
-    name = ""  # unique among the registered channels ("registrations")
-    intents = "intents"  # what people call its intents, in the plural (the worker's "No ready registrations")
-    outcome = "outcome"  # what a done intent has (tickets: "ticket"; tasks: "result"), in the commands' lines
-
-    @property
-    def queue(self) -> str:
-        """The broker queue its intents travel on (read when used: a test's settings override wins)."""
-        raise NotImplementedError
-
-    # -- decoding and checking a body against the stored intent (the hot path) --
-
-    def decode(self, body: bytes):
-        """The message of a body, or raise nightjar_delivery.codec.ContractError. Total:
-        any other exception would make a poison body look like a failure."""
-        raise NotImplementedError
-
-    def intent_id(self, message) -> int:
-        """The key of the intent a decoded message is about."""
-        raise NotImplementedError
-
-    def label(self, intent_id: int) -> str:
-        """How people see an intent's key (the worker's lines, the desk)."""
-        raise NotImplementedError
-
-    def hinted_ids(self, bodies: list[bytes]) -> set[int]:
-        """Keys these bodies seem to name, unchecked (for reading ahead). Never raises."""
-        raise NotImplementedError
-
-    def stored(self, ids: Iterable[int]) -> dict[int, tuple[object, float]]:
-        """For each stored intent among ids: (what check_stored compares, when
-        it was stored in seconds since the epoch). One query ({} without one for no ids)."""
-        raise NotImplementedError
-
-    def check_stored(self, message, stored) -> None:
-        """Raise ContractError when the message is not a repeat of its stored
-        intent (stored is None for an unknown key)."""
-        raise NotImplementedError
-
-    def made_since(self, intent_id: int, since) -> bool:
-        """Whether the intent's outcome was written since then (latency metric only)."""
-        raise NotImplementedError
-
-    # -- the handlers --
-
+    name = ""  # unique among the registered channels
+    queue = ""  # the broker queue its intents travel on (a property, to read a setting when used)
+    intents = "intents"  # what people call its intents, in the plural (the worker's "No ready intents")
+    outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
     handler_help = ""  # what `worker --handler` says the default is
-
-    def default_handler(self) -> str:
-        """The dotted path or file of the handler the worker runs by default."""
-        raise NotImplementedError
-
-    def load_handler(self, spec: str) -> Callable:
-        """The handle(message, ack, pause) function spec names; raise HandlerError."""
-        raise NotImplementedError
-
-    def handle_batch(
-        self, messages: list, rejections: list[tuple[Delivery, str]], ack_all: Callable, pause, stored: dict
-    ):
-        """Batch mode: handle the checked messages and record the rejections in
-        one transaction, then call ack_all(). Returns the keys done now.
-        stored: what `stored` returned for the batch's keys, read by the
-        screen just before (outside the transaction): the user may take its
-        rows from there rather than read them a second time."""
-        raise NotImplementedError
+    refusal = DomainError  # what the channel's refusals are (a subclass of DomainError)
 
     # -- records: the user's concrete models of nightjar_delivery/records.py --
 
-    intent_model = None  # the model of the stored intents (Registration)
-    intent_field = ""  # the records' foreign key to it ("registration")
+    intent_model = None  # the model of the stored intents
+    intent_field = ""  # the records' foreign key to it
+    intent_time_field = ""  # its DateTimeField of when an intent was stored (stored() and pending() read it)
     rejected_model = None  # subclasses of records.AbstractRejectedMessage,
     failure_model = None  # AbstractDeliveryFailure,
     redelivery_model = None  # AbstractRedelivery,
     parked_model = None  # AbstractParkedDelivery
     worker_report_model = None  # and AbstractWorkerReport
+    staff_action_model = None  # optional: a model with actor, action, detail and the intent_field foreign key
 
-    def claimed_id(self, body: bytes) -> int | None:
-        """The intent key a body names, however broken the rest is. Never raises."""
-        raise NotImplementedError
+    # -- what only the domain can answer --
 
-    # -- reconcile and parking (nightjar_delivery/reconcile.py runs them; these are the domain's answers) --
+    @abc.abstractmethod
+    def decode(self, body: bytes):
+        """The message of a body, or raise nightjar_delivery.codec.ContractError. Total:
+        any other exception would make a poison body look like a failure."""
 
-    refusal = DomainError  # what the channel's refusals are (a subclass of DomainError)
+    @abc.abstractmethod
+    def intent_id(self, message) -> int:
+        """The key of the intent a decoded message is about."""
 
-    def pending(self, *, stored_before, after=None, limit: int) -> list:
-        """Up to limit intents stored before that datetime and not done yet
-        (nor parked, nor unsafe to deliver again), oldest first, after the
-        intent `after` (the last one of the previous pass) when given."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def check_stored(self, message, stored) -> None:
+        """Raise ContractError when the message is not a repeat of its stored
+        intent (stored: what stored() keeps of it, None for an unknown key)."""
 
-    def pending_count(self, *, stored_before, after=None) -> int:
-        """How many pending() would list without a limit."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def default_handler(self) -> str:
+        """The dotted path (or what load_handler takes) of the handler the worker runs by default."""
 
+    @abc.abstractmethod
+    def handle_batch(
+        self, messages: list, rejections: list[tuple[Delivery, str]], ack_all: Callable, pause, stored: dict
+    ):
+        """Batch mode: handle the checked messages and record the rejections
+        (recording.record_rejection(..., user=self)) in one transaction, then
+        call ack_all(). Returns the keys done now. stored: what `stored`
+        returned for the batch's keys, read by the screen just before (outside
+        the transaction): the user may take its rows from there rather than
+        read them a second time."""
+
+    @abc.abstractmethod
     def publish(self, intent) -> None:
         """Publish one delivery of a stored intent on self.queue; raises BrokerError.
         Never called inside a transaction: it waits on the network."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def due(self, *, stored_before):
+        """A QuerySet of intent_model: the intents stored before that datetime
+        and not done yet (nor parked, nor unsafe to deliver again), which
+        reconcile publishes again."""
+
+    @abc.abstractmethod
+    def settled(self, intent_id: int) -> bool:
+        """Whether a dead letter of this intent needs nothing: done, or not to
+        be delivered again."""
+
+    # -- derived from the above and the models --
+
+    def label(self, intent_id: int) -> str:
+        """How people see an intent's key (the worker's lines, the desk)."""
+        return str(intent_id)
+
+    def key(self, label: str) -> int:
+        """The key of the intent people call label (find's first step); raise self.refusal."""
+        try:
+            return int(str(label).strip())
+        except ValueError:
+            raise self.refusal(f"{label!r} is not a key of {self.intents}.") from None
+
+    def claimed_id(self, body: bytes) -> int | None:
+        """The intent key a body names, however broken the rest is (by default
+        only a body that decodes names one: override to link broken ones to
+        their intent). Never raises."""
+        try:
+            return self.intent_id(self.decode(body))
+        except Exception:
+            return None
+
+    def hinted_ids(self, bodies: list[bytes]) -> set[int]:
+        """Keys these bodies seem to name, unchecked (for reading ahead). Never raises."""
+        return {key for key in map(self.claimed_id, bodies) if key is not None}
+
+    def stored(self, ids: Iterable[int]) -> dict[int, tuple[object, float]]:
+        """For each stored intent among ids: (what check_stored compares, here
+        the row, when it was stored in seconds since the epoch). One query ({}
+        without one for no ids)."""
+        ids = set(ids)
+        if not ids:
+            return {}
+        return {
+            pk: (row, getattr(row, self.intent_time_field).timestamp())
+            for pk, row in self.intent_model.objects.in_bulk(ids).items()
+        }
+
+    def made_since(self, intent_id: int, since) -> bool:
+        """Whether the intent's outcome was written since then (latency metric
+        only; False: a redelivery's latency is not observed)."""
+        return False
+
+    latency = None  # a histogram of stored -> done seconds (the worker observes it), or None
+
+    def load_handler(self, spec: str) -> Callable:
+        """The handle(message, ack, pause) function spec names; raise HandlerError."""
+        try:
+            return import_string(spec)
+        except ImportError as error:
+            raise HandlerError(f"Cannot load the handler {spec!r}: {error}") from None
+
+    # -- reconcile and parking (nightjar_delivery/reconcile.py runs them) --
+
+    def _after(self, due, after):
+        """due past the intent `after` in (stored time, key) order: reconcile's keyset cursor."""
+        if after is None:
+            return due
+        field, moment = self.intent_time_field, getattr(after, self.intent_time_field)
+        return due.filter(Q(**{f"{field}__gt": moment}) | Q(**{field: moment, "pk__gt": after.pk}))
+
+    def pending(self, *, stored_before, after=None, limit: int) -> list:
+        """Up to limit due() intents, oldest first, after the intent `after`
+        (the last one of the previous pass) when given."""
+        due = self.due(stored_before=stored_before).order_by(self.intent_time_field, "pk")
+        return list(self._after(due, after)[:limit])
+
+    def pending_count(self, *, stored_before, after=None) -> int:
+        """How many pending() would list without a limit."""
+        return self._after(self.due(stored_before=stored_before), after).count()
 
     def republished(self, intents: list, *, actor: str, older_than: float) -> None:
         """Note in their history that reconcile published these again (one statement)."""
-        raise NotImplementedError
-
-    def settled(self, intent_id: int) -> bool:
-        """Whether a dead letter of this intent needs nothing: done, or not to
-        be delivered again (tickets: a ticket without its key)."""
-        raise NotImplementedError
+        if self.staff_action_model is not None:
+            detail = f"Reconcile published it again (not done {older_than:g} s after it was stored)."
+            self.staff_action_model.objects.bulk_create(
+                self.staff_action_model(actor=actor[:150], action="republish", detail=detail, **{self.intent_field: i})
+                for i in intents
+            )
 
     def find(self, label: str):
         """The intent people call label; raise self.refusal when there is none."""
-        raise NotImplementedError
+        intent = self.intent_model.objects.filter(pk=self.key(label)).first()
+        if intent is None:
+            raise self.refusal(f"There is no {label!r}.")
+        return intent
 
     def refuse_republish(self, intent, what: str) -> None:
         """Raise self.refusal when the intent must not be published again
         (`what` completes "it is not ...": "requeued")."""
-        raise NotImplementedError
+        if self.settled(intent.pk):
+            raise self.refusal(f"{self.label(intent.pk)} needs nothing: it is not {what}.")
 
     def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
-        """The trace of a staff change, inside its transaction."""
-        raise NotImplementedError
+        """The trace of a staff change, inside its transaction (staff_action_model's row, when there is one)."""
+        if self.staff_action_model is not None:
+            self.staff_action_model.objects.create(
+                actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
+            )
 
     def actor(self, command: str) -> str:
         """Who a command-line staff action is recorded as."""
-        raise NotImplementedError
+        try:
+            return f"{getpass.getuser()} (manage.py {command})"[:150]
+        except Exception:  # no user name (a container without an entry in /etc/passwd)
+            return f"manage.py {command}"
 
     # -- what only the web reads --
 
     def gauges(self) -> dict:
         """Scrape-time gauges: {"pending": n, "parked": n, "queue": counts or {}}."""
-        raise NotImplementedError
+        from nightjar_delivery import transport
+
+        try:
+            counts = transport.queue_counts(self.queue)
+        except transport.BrokerError:
+            counts = {}
+        return {
+            "pending": self.due(stored_before=timezone.now()).count(),
+            "parked": self.parked_model.objects.filter(resolution="").count(),
+            "queue": counts,
+        }
 
 
-DEFAULT = "registrations"  # current()'s choice when several are registered and none is selected
+def problems(user: "Channel | type[Channel]") -> list[str]:
+    """What keeps a channel (or its class) from serving, each in a few words; [] when complete."""
+    from nightjar_delivery import records  # models: imported once the app registry is ready
+
+    kind = user if isinstance(user, type) else type(user)
+    found = []
+    if kind.__abstractmethods__:
+        found.append(f"it does not define {', '.join(sorted(kind.__abstractmethods__))}")
+    if not user.name:
+        found.append("its name is empty")
+    if not isinstance(user, type) and not (isinstance(user.queue, str) and user.queue.strip()):
+        found.append("its queue is empty")
+    intent = user.intent_model
+    if not (isinstance(intent, type) and issubclass(intent, models.Model)):
+        found.append("intent_model is not set to a model")
+        intent = None
+    if not user.intent_field:
+        found.append("intent_field is not set")
+    for attribute, abstract in [
+        ("rejected_model", records.AbstractRejectedMessage),
+        ("failure_model", records.AbstractDeliveryFailure),
+        ("redelivery_model", records.AbstractRedelivery),
+        ("parked_model", records.AbstractParkedDelivery),
+        ("worker_report_model", records.AbstractWorkerReport),
+    ]:
+        model = getattr(user, attribute)
+        if not (isinstance(model, type) and issubclass(model, abstract)):
+            found.append(f"{attribute} is not a subclass of records.{abstract.__name__}")
+        elif intent is not None and user.intent_field and abstract is not records.AbstractWorkerReport:
+            try:
+                related = model._meta.get_field(user.intent_field).related_model
+            except FieldDoesNotExist:
+                related = None
+            if related is not intent:
+                found.append(f"{attribute} has no foreign key {user.intent_field!r} to {intent.__name__}")
+    derived = [m for m in ("stored", "pending", "pending_count") if getattr(kind, m) is getattr(Channel, m)]
+    if derived and intent is not None:
+        try:
+            intent._meta.get_field(user.intent_time_field)
+        except FieldDoesNotExist:
+            found.append(f"intent_time_field names no field of {intent.__name__} (the default {derived[0]}() reads it)")
+    return found
+
 
 _channels: dict[str, Channel] = {}
 _selected: str | None = None
 
 
-def register(channel: Channel) -> None:
-    """Add channel to those the engine serves (in an AppConfig.ready()).
-    Registering the same name again replaces it only with an instance of the same class."""
-    if not channel.name:
-        raise ValueError(f"{type(channel).__name__} has no name.")
+def register(channel: "Channel | type[Channel]") -> Channel:
+    """Add channel to those the engine serves (in an AppConfig.ready()); a
+    class is instantiated with no arguments. ImproperlyConfigured, naming
+    what is missing, for an incomplete one. Registering the same name again
+    replaces it only with an instance of the same class."""
+    if isinstance(channel, type) and issubclass(channel, Channel) and not channel.__abstractmethods__:
+        channel = channel()
+    kind = channel if isinstance(channel, type) else type(channel)
+    if not issubclass(kind, Channel):
+        raise ImproperlyConfigured(f"{kind.__name__} is not a subclass of nightjar_delivery.Channel.")
+    found = problems(channel)
+    if found:
+        raise ImproperlyConfigured(f"The delivery channel {kind.__name__} cannot be registered: {'; '.join(found)}.")
     known = _channels.get(channel.name)
     if known is not None and type(known) is not type(channel):
         raise ValueError(f"A channel named {channel.name!r} is already registered ({type(known).__name__}).")
     _channels[channel.name] = channel
+    return channel
 
 
 def unregister(name: str) -> None:
@@ -232,11 +358,12 @@ def select(name: str | None) -> Channel | None:
     return chosen
 
 
-def current() -> Channel:
-    if _selected is not None:
-        return get(_selected)
-    if DEFAULT in _channels:
-        return _channels[DEFAULT]
+def default() -> Channel:
+    """The channel NIGHTJAR_DEFAULT_CHANNEL names when it is registered, else
+    the only one registered, else LookupError listing the names."""
+    name = conf.NIGHTJAR_DEFAULT_CHANNEL
+    if name in _channels:
+        return _channels[name]
     if len(_channels) == 1:
         return next(iter(_channels.values()))
     if not _channels:
@@ -244,3 +371,8 @@ def current() -> Channel:
             "No delivery channel is registered: an app must call nightjar_delivery.channel.register() in ready()."
         )
     raise LookupError(f"Several delivery channels are registered ({names()}): name one with --channel NAME.")
+
+
+def current() -> Channel:
+    """The process's channel: the one selected (--channel), else default()."""
+    return get(_selected) if _selected is not None else default()

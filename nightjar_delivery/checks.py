@@ -27,10 +27,6 @@ def broker_settings(app_configs, **kwargs):
                 id="nightjar.E004",
             )
         )
-    if not conf.NIGHTJAR_QUEUE.strip():
-        errors.append(
-            checks.Error("NIGHTJAR_QUEUE is empty.", hint="Leave it unset for the default.", id="nightjar.E002")
-        )
     return errors
 
 
@@ -89,14 +85,34 @@ def channels_have_queues_of_their_own(app_configs, **kwargs):
     from nightjar_delivery import channel
 
     by_queue: dict[str, list[str]] = {}
+    errors = []
     for user in channel.all():
-        by_queue.setdefault(user.queue, []).append(user.name)
-    return [
+        if user.queue.strip():
+            by_queue.setdefault(user.queue, []).append(user.name)
+        else:  # a setting emptied after start-up (register() refuses an empty one)
+            errors.append(
+                checks.Error(
+                    f"The queue of the delivery channel {user.name} is empty.",
+                    hint="Leave its setting unset for the default.",
+                    id="nightjar.E002",
+                )
+            )
+    errors += [
         checks.Error(
             f"The delivery channels {' and '.join(names)} share the queue {queue}.",
-            hint="Give each channel a queue of its own (NIGHTJAR_QUEUE, NIGHTJAR_TASKS_QUEUE).",
+            hint="Give each channel a queue of its own (each app's queue setting).",
             id="nightjar.E005",
         )
         for queue, names in by_queue.items()
         if len(names) > 1
     ]
+    default = conf.NIGHTJAR_DEFAULT_CHANNEL
+    if default and default not in {user.name for user in channel.all()}:
+        errors.append(
+            checks.Error(
+                f"NIGHTJAR_DEFAULT_CHANNEL names no registered delivery channel ({default!r}; registered: {channel.names()}).",
+                hint="Name one of them, or leave it unset when one channel is registered.",
+                id="nightjar.E006",
+            )
+        )
+    return errors

@@ -1,5 +1,5 @@
 """The generic half of a message contract: strict JSON, a size limit, and
-text any database stores. A user's contract (tickets/contract.py) builds its
+text any database stores. A user's contract (its Channel.decode) builds its
 rules on these; the engine catches ContractError and records a rejection."""
 
 import json

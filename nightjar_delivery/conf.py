@@ -1,5 +1,5 @@
 """Every setting the engine reads, with its default, in one place. Read at
-call time (`conf.NIGHTJAR_QUEUE`), so a project's settings module (or a
+call time (`conf.NIGHTJAR_DELIVERY_LIMIT`), so a project's settings module (or a
 test's override) wins whenever it names one; nightjar/settings.py fills
 them from the environment (.env.example lists them)."""
 
@@ -8,7 +8,8 @@ from django.conf import settings
 DEFAULTS = {
     # The broker; its scheme picks the transport (nightjar_delivery/transport/).
     "NIGHTJAR_BROKER_URL": "amqp://guest:guest@127.0.0.1:5673/%2F",
-    "NIGHTJAR_QUEUE": "nightjar.registrations",
+    # The channel a process serves when several are registered and none is named (--channel).
+    "NIGHTJAR_DEFAULT_CHANNEL": "",
     # How long a publish, a connect or a management call may wait.
     "NIGHTJAR_BROKER_TIMEOUT": 1.0,
     # Failures (and, on RabbitMQ 3.x, returns) before a delivery is parked.

@@ -1,12 +1,14 @@
 """Prometheus metrics, by the prometheus-client library (never a hand-written
-format). Web processes count registrations and failed publishes; the worker
-counts deliveries, batch sizes, handler time and registration → ticket latency.
+format). Web processes count failed publishes; the worker counts deliveries,
+batch sizes and handler time, and observes a channel's own latency histogram
+(Channel.latency: stored → done) when it has one. A user defines its own
+counters with this module's Counter and Histogram (nothing without the extra).
 
 Under gunicorn every web process writes its values to files in
 PROMETHEUS_MULTIPROC_DIR (gunicorn.conf.py sets it up and cleans it), and a
 scrape of any process adds them all up: the library's multiprocess mode. The
 worker serves its own values on a port of its own (`worker --metrics-port`).
-Gauges that describe the whole system (pending registrations, queue depth)
+Gauges that describe the whole system (pending intents, queue depth)
 are read from the database and the broker at scrape time, by the web only.
 """
 
@@ -31,6 +33,7 @@ try:
     AVAILABLE = True
 except ImportError:  # the library's [prometheus] extra is not installed: nothing is counted
     AVAILABLE = False
+    GaugeMetricFamily = None  # (collectors are added only when AVAILABLE)
 
     class _Uncounted:
         """What a counter or histogram is without prometheus-client: every call does nothing."""
@@ -51,9 +54,8 @@ except ImportError:  # the library's [prometheus] extra is not installed: nothin
 
 UNAVAILABLE = "Metrics need prometheus-client: pip install 'django-nightjar[prometheus]'."
 
-REGISTRATIONS = Counter("nightjar_registrations_created", "Registrations stored by the web (the durable intent).")
 PUBLISHES_FAILED = Counter(
-    "nightjar_publishes_failed", "Registrations stored but not published at once (left for reconcile)."
+    "nightjar_publishes_failed", "Intents stored but not published at once (left for reconcile)."
 )
 DELIVERIES = Counter(
     "nightjar_deliveries",
@@ -69,11 +71,6 @@ HANDLER_SECONDS = Histogram(
     "Time from a delivery (or batch) taken to its commit and ack, checks included.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-LATENCY = Histogram(
-    "nightjar_registration_to_ticket_seconds",
-    "From a registration's stored time to the commit of its ticket (tickets made by this worker).",
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
-)
 # Each series exists from the start, at 0; bound once (labels() costs a lookup per call).
 HANDLED, REJECTED, FAILED, HANDED_BACK = (
     DELIVERIES.labels(outcome) for outcome in ("handled", "rejected", "failed", "handed_back")
@@ -83,8 +80,8 @@ HANDLED, REJECTED, FAILED, HANDED_BACK = (
 class DeskCollector:
     """Gauges read when scraped: the current channel's queue as the broker
     reports it (nightjar_broker_up 0 when it does not answer). A user's own
-    gauges (tickets: pending and parked registrations; tasks: per task path)
-    come from the collectors it adds (add_desk_collector)."""
+    gauges (pending and parked intents, per task path...) come from the
+    collectors it adds (add_desk_collector)."""
 
     def collect(self):
         queue = channel.current().gauges()["queue"]
@@ -100,8 +97,8 @@ class DeskCollector:
                     yield GaugeMetricFamily(f"nightjar_queue_{key}", help_text, value=queue[key])
 
 
-# Scrape-time collectors of the engine's users (tickets: registrations and
-# seats; nightjar_tasks: per task path), read from the database with the queue's gauges above.
+# Scrape-time collectors of the engine's users (e.g. nightjar_tasks: per
+# task path), read from the database with the queue's gauges above.
 DESK_COLLECTORS: list = []
 
 

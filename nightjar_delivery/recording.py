@@ -4,9 +4,9 @@ Into the user's concrete record models (nightjar_delivery/records.py, named by t
 channel), each row linked to its intent when the body names one that exists.
 Only a rejection is part of a delivery's outcome (recorded, then acked); the
 rest is best effort: a worker never stops because a note could not be written.
-Each function takes the channel whose records it writes (`user=`; the
-process's current() one when not given): a process that serves several
-channels (the web, reconcile) names the one it means."""
+Each function takes the channel whose records it writes (`user=`, required:
+a process may serve several channels, the web and reconcile do, and a record
+in another channel's tables would be silently wrong)."""
 
 import hashlib
 import logging
@@ -27,12 +27,11 @@ def _intent(user: channel.Channel, intent_id: int | None):
     return user.intent_model.objects.filter(pk=intent_id).first() if intent_id else None
 
 
-def record_rejection(*, delivery: Delivery, reason: str, user: channel.Channel | None = None):
+def record_rejection(*, delivery: Delivery, reason: str, user: channel.Channel):
     """Record a delivery that broke the contract. Total: whatever the bytes,
     the row is storable (excerpt and message id escaped, size and hash of the
     raw body kept). A redelivery of a body that is already recorded is not
     recorded again (returns None)."""
-    user = user or channel.current()
     rejected = user.rejected_model
     digest = hashlib.sha256(delivery.body).hexdigest()
     if delivery.redelivered and rejected.objects.filter(body_sha256=digest).exists():
@@ -49,10 +48,9 @@ def record_rejection(*, delivery: Delivery, reason: str, user: channel.Channel |
 
 
 def record_failure(
-    *, delivery: Delivery, error: BaseException, worker: str, user: channel.Channel | None = None
+    *, delivery: Delivery, error: BaseException, worker: str, user: channel.Channel
 ) -> None:
     """Note a failed attempt (best effort: the database may be what failed)."""
-    user = user or channel.current()
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     try:
         with transaction.atomic():
@@ -70,12 +68,11 @@ def record_failure(
 DIED = "The worker died while handling it (killed, crashed or out of memory)"
 
 
-def record_started(*, delivery: Delivery, worker: str, user: channel.Channel | None = None) -> int | None:
+def record_started(*, delivery: Delivery, worker: str, user: channel.Channel) -> int | None:
     """Before a redelivery runs: a failed attempt, committed now and deleted
     (forget_started) as soon as the worker is done with it, whatever the
     outcome. Only a worker that dies on the delivery leaves it: that death
     is charged to this intent alone. Its id, or None (best effort)."""
-    user = user or channel.current()
     try:
         with transaction.atomic():
             row = user.failure_model.objects.create(
@@ -87,24 +84,23 @@ def record_started(*, delivery: Delivery, worker: str, user: channel.Channel | N
     return row.pk
 
 
-def forget_started(pk: int | None, *, user: channel.Channel | None = None) -> None:
+def forget_started(pk: int | None, *, user: channel.Channel) -> None:
     """The worker lived through the delivery: its "started" record goes.
     Returns None (for `started = forget_started(started)`)."""
     if pk is None:
         return None
     try:
-        (user or channel.current()).failure_model.objects.filter(pk=pk).delete()
+        user.failure_model.objects.filter(pk=pk).delete()
     except Exception:
         logger.warning("Could not delete the start record %s of a redelivery", pk, exc_info=True)
     return None
 
 
-def record_lost_entry(*, entry: str, worker: str, user: channel.Channel | None = None) -> None:
+def record_lost_entry(*, entry: str, worker: str, user: channel.Channel) -> None:
     """A delivery the broker dropped before it was handled (a Redis entry
     trimmed while pending): its body is gone, so which intent it was is
     unknown; reconcile republishes whatever is pending. Staff see it with
     the failed attempts (best effort, like them)."""
-    user = user or channel.current()
     try:
         user.failure_model.objects.create(
             worker=worker[:100],
@@ -116,13 +112,12 @@ def record_lost_entry(*, entry: str, worker: str, user: channel.Channel | None =
 
 
 def record_redeliveries(
-    *, deliveries: list[tuple[int | None, int]], worker: str, user: channel.Channel | None = None
+    *, deliveries: list[tuple[int | None, int]], worker: str, user: channel.Channel
 ) -> None:
     """(intent key, delivery number) of deliveries the broker sent before.
     Best effort, one statement; the intent may be unknown (rejected)."""
     if not deliveries:
         return
-    user = user or channel.current()
     known = set(
         user.intent_model.objects.filter(pk__in={pk for pk, _ in deliveries if pk}).values_list("pk", flat=True)
     )
@@ -137,12 +132,12 @@ def record_redeliveries(
 
 
 def report_worker(
-    *, name: str, fields: dict, stopped: bool = False, starting: bool = False, user: channel.Channel | None = None
+    *, name: str, fields: dict, stopped: bool = False, starting: bool = False, user: channel.Channel
 ) -> None:
     """Write a worker's row (best effort: a worker never stops for its report).
     A worker starting also deletes the rows of workers not seen for
     NIGHTJAR_WORKER_REPORT_DAYS: every process leaves one, restarts add up."""
-    reports = (user or channel.current()).worker_report_model
+    reports = user.worker_report_model
     now = timezone.now()
     defaults = {**fields, "last_seen": now, "stopped": now if stopped else None}
     try:
@@ -162,11 +157,10 @@ def park(
     resolution: str = "",
     resolved_by: str = "",
     attempts=None,
-    user: channel.Channel | None = None,
+    user: channel.Channel,
 ):
     """One parked record for an intent (inside the caller's transaction):
     the reason, the attempts and an excerpt and hash of the body."""
-    user = user or channel.current()
     return user.parked_model.objects.create(
         reason=storable_text(reason, max_bytes=1200)[:300],
         attempts=delivery.attempts if attempts is None else attempts,
@@ -179,14 +173,13 @@ def park(
     )
 
 
-def park_after_failures(*, delivery: Delivery, user: channel.Channel | None = None) -> str | None:
+def park_after_failures(*, delivery: Delivery, user: channel.Channel) -> str | None:
     """The worker's own delivery limit, whatever the broker counts (RabbitMQ
     4.3 counts only rejects, 3.10 every return, Redis its own counter): once
     the failures recorded for an intent since it was last parked reach
     NIGHTJAR_DELIVERY_LIMIT, park it for staff with the last error. Returns
     the intent's label when it is parked (the caller acks the delivery only
     after this commit), None otherwise (the delivery is handed back)."""
-    user = user or channel.current()
     intent_id = user.claimed_id(delivery.body)
     if not intent_id:
         return None
@@ -208,5 +201,5 @@ def park_after_failures(*, delivery: Delivery, user: channel.Channel | None = No
             return None
         last = failures.first()
         reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
-        park(intent, delivery, reason, attempts=count)
+        park(intent, delivery, reason, attempts=count, user=user)
     return user.label(intent_id)

@@ -1,7 +1,7 @@
 """What the engine records, as abstract models (Django's way for a reusable
 app, like AbstractUser): the user's app subclasses each one, adds the
 foreign key to its own intent, and keeps its own table names, so no data
-moves. tickets/models.py does this for registrations."""
+moves. Each user's models.py does this for its intents."""
 
 from django.db import models
 from django.utils import timezone

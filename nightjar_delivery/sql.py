@@ -4,8 +4,8 @@ classes. The wrapper's own per-call work (the %s to ? rewrite, the error
 and debug wrappers, the connection lookups) costs about as much as the
 statement itself on SQLite (~35 µs; bin/benchmark.py's worker rows), and
 Django's PostgreSQL cursor formats each value into the SQL text in Python.
-Used by the channels' hot paths (tickets' keys and tickets, nightjar_tasks'
-runner); everything else goes through the ORM."""
+Used by the channels' hot paths (their completion keys and outcomes, e.g.
+nightjar_tasks' runner); everything else goes through the ORM."""
 
 import contextlib
 import functools

@@ -40,9 +40,11 @@ class TasksChannel(channel.Channel):
     hinted_ids = staticmethod(messages.hinted_ids)
     claimed_id = staticmethod(messages.claimed_id)
     label = staticmethod(label)
+    key = staticmethod(task_key)
     handler_help = "nightjar_tasks.runner.handle"
     intent_model = TaskRecord
     intent_field = "task"
+    intent_time_field = "enqueued_at"
     rejected_model = TaskRejectedMessage
     failure_model = TaskFailure
     redelivery_model = TaskRedelivery
@@ -93,7 +95,7 @@ class TasksChannel(channel.Channel):
             raise channel.HandlerError(f"Cannot load the task handler {spec!r}: {error}") from None
 
     def handle_batch(self, messages_, rejections, ack_all, pause, stored):
-        return runner.handle_batch(messages_, rejections, ack_all, pause, stored)
+        return runner.handle_batch(messages_, rejections, ack_all, pause, stored, user=self)
 
     # -- reconcile and parking --
 
@@ -101,8 +103,6 @@ class TasksChannel(channel.Channel):
         return TaskRecord.objects.filter(queue_name=self.queue_name)
 
     # -- the domain's answers to the engine's reconcile and parking (nightjar_delivery/reconcile.py, issue-24-engine) --
-
-    refusal = channel.DomainError
 
     def due(self, *, stored_before):
         """READY tasks to publish: due (run_after passed) and never published
@@ -118,17 +118,6 @@ class TasksChannel(channel.Channel):
             .order_by("enqueued_at", "pk")
         )
 
-    def _after(self, due, after):
-        if after is None:
-            return due
-        return due.filter(Q(enqueued_at__gt=after.enqueued_at) | Q(enqueued_at=after.enqueued_at, pk__gt=after.pk))
-
-    def pending(self, *, stored_before, after=None, limit: int) -> list:
-        return list(self._after(self.due(stored_before=stored_before), after)[:limit])
-
-    def pending_count(self, *, stored_before, after=None) -> int:
-        return self._after(self.due(stored_before=stored_before), after).count()
-
     def publish(self, intent) -> None:
         publishing.publish(intent)
 
@@ -137,12 +126,6 @@ class TasksChannel(channel.Channel):
 
     def settled(self, intent_id: int) -> bool:
         return not TaskRecord.objects.filter(pk=intent_id, status=TaskResultStatus.READY).exists()
-
-    def find(self, label: str):
-        record = TaskRecord.objects.filter(pk=task_key(label)).first()
-        if record is None:
-            raise self.refusal(f"There is no {label!r}.")
-        return record
 
     def refuse_republish(self, intent, what: str) -> None:
         if TaskCompletion.objects.filter(task_id=intent.pk).exists():
@@ -160,14 +143,6 @@ class TasksChannel(channel.Channel):
                 requeued_at_attempt=F("attempts"),
                 published_at=timezone.now(),
             )
-
-    def actor(self, command: str) -> str:
-        import getpass
-
-        try:
-            return f"{getpass.getuser()} (manage.py {command})"[:150]
-        except Exception:
-            return f"manage.py {command}"
 
     def gauges(self) -> dict:
         try:

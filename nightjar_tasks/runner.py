@@ -550,7 +550,9 @@ def _finished(result, record: TaskRecord):
     return finished
 
 
-def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: dict | None = None) -> list[int]:
+def handle_batch(
+    messages: list, rejections: list, ack_all, pause=None, stored: dict | None = None, *, user
+) -> list[int]:
     """Batch mode (`worker --channel tasks --batch N`): the batch's promise
     made set-wise. In ONE transaction:
 
@@ -601,7 +603,7 @@ def handle_batch(messages: list, rejections: list, ack_all, pause=None, stored: 
     checkpoint(pause, "before-write")
     with transaction.atomic(using=alias):
         for delivery, reason in rejections:
-            record_rejection(delivery=delivery, reason=reason)
+            record_rejection(delivery=delivery, reason=reason, user=user)
         owned = _insert_keys(list(pending)) if pending else set()
         tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
         # On SQLite the batch's transaction holds the one write lock for all its bodies:

@@ -66,8 +66,9 @@ def test_a_redelivered_poison_body_is_recorded_once():
     body = b"{broken"
     first = transport.Delivery(body=body, tag=1, redelivered=False, message_id="")
     again = transport.Delivery(body=body, tag=2, redelivered=True, message_id="")
-    assert record_rejection(delivery=first, reason="not valid JSON") is not None
-    assert record_rejection(delivery=again, reason="not valid JSON") is None
+    registrations = channel.get("registrations")
+    assert record_rejection(delivery=first, reason="not valid JSON", user=registrations) is not None
+    assert record_rejection(delivery=again, reason="not valid JSON", user=registrations) is None
     assert RejectedMessage.objects.count() == 1
 
 

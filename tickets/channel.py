@@ -1,12 +1,13 @@
 """The registrations channel: what the delivery engine asks of tickets
 (nightjar_delivery/channel.py says what each method promises). Registered in
 TicketsConfig.ready(); thin, every answer comes from the contract, the
-models or the services."""
+models or the services, and what is not here (pending, the staff trace's
+row, load_handler...) is the engine's default, derived from the models."""
 
 from django.db.models import Q
 
-from nightjar_delivery import channel, conf
-from tickets import batch, contract, handlers
+from nightjar_delivery import channel
+from tickets import batch, conf, contract, handlers, metrics
 from tickets.models import (
     DeliveryFailure,
     ParkedDelivery,
@@ -39,11 +40,14 @@ class RegistrationsChannel(channel.Channel):
     handler_help = handlers.SAFE_HANDLER
     intent_model = Registration
     intent_field = "registration"
+    intent_time_field = "created"
     rejected_model = RejectedMessage
     failure_model = DeliveryFailure
     redelivery_model = Redelivery
     parked_model = ParkedDelivery
     worker_report_model = WorkerReport
+    staff_action_model = StaffAction
+    latency = metrics.LATENCY
 
     @staticmethod
     def intent_id(message: contract.Message) -> int:
@@ -64,16 +68,13 @@ class RegistrationsChannel(channel.Channel):
         return handlers.load_handler(spec)  # handlers.HandlerError is a channel.HandlerError
 
     def handle_batch(self, messages, rejections, ack_all, pause, stored):
-        return batch.handle_batch(messages, rejections, ack_all, pause)  # (the messages carry what it writes)
+        return batch.handle_batch(messages, rejections, ack_all, pause, user=self)  # (the messages carry what it writes)
 
     # Reconcile and parking run in the engine (nightjar_delivery/reconcile.py); these are the domain's answers.
     refusal = NightjarError
 
-    def pending(self, *, stored_before, after=None, limit):
-        return list(registrations.pending_since(stored_before=stored_before, after=after)[:limit])
-
-    def pending_count(self, *, stored_before, after=None):
-        return registrations.pending_since(stored_before=stored_before, after=after).count()
+    def due(self, *, stored_before):
+        return registrations.pending_registrations().filter(created__lte=stored_before)
 
     def publish(self, intent):
         registrations.publish_registration(intent, queue=self.queue)
@@ -97,9 +98,6 @@ class RegistrationsChannel(channel.Channel):
     def refuse_republish(self, intent, what):
         registrations.refuse_without_seat(intent, what)
         registrations.refuse_ticket_without_key(intent, what)
-
-    def record_staff_action(self, *, actor, action, intent, detail):
-        staff.record_staff_action(actor=actor, action=action, registration=intent, detail=detail)
 
     def actor(self, command):
         return staff.command_line_actor(command)

@@ -1,11 +1,21 @@
-"""Prometheus gauges of the evening's seats, read from the database when the
-desk's /metrics is scraped (nightjar_delivery/metrics.py adds them beside the
-registration gauges; TicketsConfig.ready registers this collector)."""
+"""The registrations' own metrics: the web's count of registrations, the
+worker's registration → ticket latency (RegistrationsChannel.latency: the
+engine's worker observes it), and the gauges of registrations and seats read
+from the database when the desk's /metrics is scraped (TicketsConfig.ready
+adds these collectors beside the engine's queue gauges). Without
+prometheus-client the counters count nothing (nightjar_delivery/metrics.py)."""
 
-from prometheus_client.core import GaugeMetricFamily
+from nightjar_delivery.metrics import Counter, GaugeMetricFamily, Histogram
 
-from tickets.services.registrations import parked_without_ticket, pending_registrations
-from tickets.services.seats import seat_counts
+# (modules, not names: tickets.services.registrations imports this module for REGISTRATIONS)
+from tickets.services import registrations, seats
+
+REGISTRATIONS = Counter("nightjar_registrations_created", "Registrations stored by the web (the durable intent).")
+LATENCY = Histogram(
+    "nightjar_registration_to_ticket_seconds",
+    "From a registration's stored time to the commit of its ticket (tickets made by this worker).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
 
 
 class RegistrationCollector:
@@ -15,16 +25,18 @@ class RegistrationCollector:
         yield GaugeMetricFamily(
             "nightjar_registrations_pending",
             "Registrations without a ticket or its key, not parked.",
-            value=pending_registrations().count(),
+            value=registrations.pending_registrations().count(),
         )
         yield GaugeMetricFamily(
-            "nightjar_registrations_parked", "Registrations parked for staff.", value=parked_without_ticket().count()
+            "nightjar_registrations_parked",
+            "Registrations parked for staff.",
+            value=registrations.parked_without_ticket().count(),
         )
 
 
 class SeatCollector:
     def collect(self):
-        counts = seat_counts()
+        counts = seats.seat_counts()
         yield GaugeMetricFamily(
             "nightjar_seats_capacity",
             "The evening's capacity in seats (-1: room for everyone).",

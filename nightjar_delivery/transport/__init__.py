@@ -1,4 +1,4 @@
-"""The transport seam: how registrations travel from the web to the worker.
+"""The transport seam: how intents travel from the web to the worker.
 
 The worker and the services speak only to this small interface: publish,
 a Consumer (get, consume, ack after commit, hand back, keepalive, close),
@@ -24,7 +24,7 @@ class BrokerError(Exception):
 
 class Delivery(NamedTuple):
     """One publication as the broker handed it over: for ack and diagnosis only.
-    The registration ID inside the body is the identity, never these fields.
+    The intent's key inside the body is the identity, never these fields.
     Immutable, and a NamedTuple because the worker makes one per delivery (a
     frozen dataclass costs twice as much to create)."""
 
@@ -40,13 +40,16 @@ class Delivery(NamedTuple):
 
 
 def queue_name() -> str:
-    """NIGHTJAR_QUEUE: the tickets channel's queue, and the default of the tools below."""
-    return conf.NIGHTJAR_QUEUE
+    """The default channel's queue (channel.default(), whichever is selected):
+    the queue of the tools below when none is named."""
+    from nightjar_delivery import channel  # (channel imports this package)
+
+    return channel.default().queue
 
 
 def dead_letter_queue_name(queue: str | None = None) -> str:
     """Where a queue's dead letters go (RabbitMQ's queue, Redis's stream, memory's list)."""
-    return f"{queue or conf.NIGHTJAR_QUEUE}.dead"
+    return f"{queue or queue_name()}.dead"
 
 
 # memory:// is the fast test tier's in-process stand-in (memory.py), never a deployment's.
@@ -146,7 +149,7 @@ def masked_url(url: str | None = None) -> str:
     return ";".join(mask(one.strip()) for one in given.split(";") if one.strip())
 
 
-# Tools (the lab's reset, verify_handler, tests): queue None is NIGHTJAR_QUEUE.
+# Tools (the lab's reset, verify_handler, tests): queue None is the default channel's.
 def purge_queues(queue: str | None = None) -> None:
     backend().purge_queues(queue)
 

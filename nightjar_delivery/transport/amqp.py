@@ -2,7 +2,7 @@
 and nowhere else (the benchmark's raw ceiling aside).
 
 Topology (declared idempotently by publisher and worker alike):
-- `<queue>` (each channel's, e.g. NIGHTJAR_QUEUE for tickets): a durable
+- `<queue>` (each channel's own): a durable
   quorum queue. Its delivery limit makes RabbitMQ dead-letter a message that
   keeps failing instead of looping forever.
 - `<queue>.dead`: where those messages end up, for a person to look at.
@@ -157,7 +157,7 @@ def within(seconds: float, action: str, function, *args, **kwargs):
 
 
 def declare(channel, queue: str | None = None):
-    """Declare a queue and its dead-letter queue (queue None: NIGHTJAR_QUEUE);
+    """Declare a queue and its dead-letter queue (queue None: the default channel's);
     returns the (work, dead) declare-ok methods, which carry their counts."""
     queue = queue or queue_name()
     dead = channel.queue_declare(dead_letter_queue_name(queue), durable=True, arguments={"x-queue-type": "quorum"})
@@ -427,7 +427,7 @@ class Consumer:
 
     def waiting(self) -> list[bytes]:
         """The bodies of deliveries already received and not yet yielded by
-        consume(), without taking them: a hint for looking their registrations
+        consume(), without taking them: a hint for looking their intents
         up at once. Reads pika's consumer buffer (BlockingChannel, pika 1.x);
         an empty list if that is not there."""
         with self._lock:
@@ -606,7 +606,7 @@ _MANAGEMENT_OPENER = build_opener(_NoRedirects)
 
 
 def management_queue_info(queue: str | None = None) -> tuple[dict | None, str]:
-    """The work queue (None: NIGHTJAR_QUEUE) as the management API reports it (AMQP cannot tell how
+    """The work queue (None: the default channel's) as the management API reports it (AMQP cannot tell how
     many deliveries are unacknowledged, nor where the replicas are). Tries
     each URL of RABBITMQ_MANAGEMENT_URL (`;`-separated on a cluster) within
     NIGHTJAR_BROKER_TIMEOUT each. Returns (data, "") or (None, why not)."""
@@ -633,7 +633,7 @@ def management_queue_info(queue: str | None = None) -> tuple[dict | None, str]:
 
 
 def purge_queues(queue: str | None = None) -> None:
-    """Empty a work queue (None: NIGHTJAR_QUEUE) and its dead-letter queue (the lab's reset)."""
+    """Empty a work queue (None: the default channel's) and its dead-letter queue (the lab's reset)."""
     queue = queue or queue_name()
     with short_channel("purge queues") as channel:
         declare(channel, queue)
@@ -652,7 +652,7 @@ def publish_raw(bodies: list[bytes], *, dead: bool = False, queue: str | None = 
 
 
 def delete_queues(queue: str | None = None) -> None:
-    """Delete a work queue (None: NIGHTJAR_QUEUE) and its dead-letter queue (verify_handler's throwaway ones)."""
+    """Delete a work queue (None: the default channel's) and its dead-letter queue (verify_handler's throwaway ones)."""
     queue = queue or queue_name()
     with short_channel("delete queues") as channel:
         channel.queue_delete(queue)

@@ -5,7 +5,7 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
 - Published means durable: XADD's reply comes after the AOF fsync, because
   the server must run with `appendonly yes` and `appendfsync always`
   (system check nightjar.E003). Redis 7.0 has no WAITAOF.
-- The stream is the channel's queue (tickets: `<NIGHTJAR_QUEUE>`), the consumer group `nightjar`; an entry
+- The stream is the channel's queue, the consumer group `nightjar`; an entry
   read by a consumer stays in the group's pending list until XACK, which the
   worker sends only after its commit (one XACK for a batch).
 - Redelivery: a consumer first reads its own pending entries (XREADGROUP with
@@ -22,7 +22,7 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
   Ctrl+C returns included) is moved to `<queue>.dead` (XADD there, then XACK).
 - Retention: XADD trims the stream to about NIGHTJAR_STREAM_MAXLEN entries.
   An entry trimmed before it was handled only loses its message: the
-  registration is in the database and reconcile publishes it again.
+  intent is in the database and reconcile publishes it again.
 """
 
 import collections
@@ -215,7 +215,7 @@ class Consumer:
 
     def waiting(self) -> list[bytes]:
         """The bodies of entries read and not yet yielded, without taking them
-        (a hint for looking their registrations up at once)."""
+        (a hint for looking their intents up at once)."""
         return [delivery.body for delivery in self._buffer]
 
     def _take(self, count: int, *, block_ms: int | None) -> list[Delivery]:

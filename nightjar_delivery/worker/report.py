@@ -33,10 +33,10 @@ class Reporting:
         metrics.HANDLED.inc(handled)
         if rejected:
             metrics.REJECTED.inc(rejected)
-        if made:
+        if made and self.channel.latency is not None:
             now = time.time()
             for created in made:  # seconds since the epoch (Channel.stored)
-                metrics.LATENCY.observe(max(0.0, now - created))
+                self.channel.latency.observe(max(0.0, now - created))
 
     def beat(self) -> None:
         """The loop is running: touch the health file (at most once a second)

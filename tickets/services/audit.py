@@ -8,8 +8,8 @@ from django.db.models import Count, Exists, Max, OuterRef
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from nightjar_delivery import conf, transport
-from tickets import contract
+from nightjar_delivery import transport
+from tickets import conf, contract
 from tickets.models import Registration, Seat, Ticket
 from tickets.services import seats
 from tickets.services.registrations import has_key, parked_without_ticket, pending_registrations

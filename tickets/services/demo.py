@@ -4,7 +4,8 @@ reset back to it."""
 from django.core.management.color import no_style
 from django.db import connection, transaction
 
-from nightjar_delivery import conf, transport
+from nightjar_delivery import transport
+from tickets import conf
 from tickets.models import (
     Completion,
     DeliveryFailure,

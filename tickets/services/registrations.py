@@ -6,12 +6,12 @@ which every other service builds on."""
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from nightjar_delivery import channel, conf, metrics, transport
+from nightjar_delivery import channel, transport
 from nightjar_delivery.reconcile import publish_after_commit as engine_publish_after_commit
-from tickets import contract
+from tickets import conf, contract, metrics
 from tickets.models import Completion, ParkedDelivery, Registration, Seat, Ticket
 from tickets.services import evening
 from tickets.services.staff import record_staff_action
@@ -163,12 +163,3 @@ def pending_registrations():
     return Registration.objects.filter(~has_ticket(), ~has_key(), ~is_parked(), seat=Seat.CONFIRMED).order_by(
         "created", "id"
     )
-
-
-def pending_since(*, stored_before, after: Registration | None = None):
-    """Pending registrations stored before the cutoff, oldest first, after the
-    registration `after` (a keyset cursor: reconcile's passes)."""
-    due = pending_registrations().filter(created__lte=stored_before)
-    if after is not None:
-        due = due.filter(Q(created__gt=after.created) | Q(created=after.created, id__gt=after.pk))
-    return due

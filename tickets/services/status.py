@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from django.db.models import Count
 
-from nightjar_delivery import conf, health, transport
-from tickets import contract
+from nightjar_delivery import health, transport
+from tickets import conf, contract
 from tickets.models import ParkedDelivery, Registration, RejectedMessage, Seat, Ticket
 from tickets.services import seats
 from tickets.services.registrations import has_key, has_ticket, is_parked, parked_without_ticket, pending_registrations

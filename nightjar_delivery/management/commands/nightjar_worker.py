@@ -145,7 +145,7 @@ class Command(BaseCommand):
                 f"{error} Nothing was taken from {transport.name()}; fix it and run again.", returncode=exits.USAGE
             ) from None
         if transport.kind() == "redis_streams":
-            # An XADD Redis may lose is a registration only reconcile would find: refuse to pretend.
+            # An XADD Redis may lose is an intent only reconcile would find: refuse to pretend.
             try:
                 problems = transport.backend().durability_problems()
             except transport.BrokerError:
