@@ -47,9 +47,7 @@ def record_rejection(*, delivery: Delivery, reason: str, user: channel.Channel):
     )
 
 
-def record_failure(
-    *, delivery: Delivery, error: BaseException, worker: str, user: channel.Channel
-) -> None:
+def record_failure(*, delivery: Delivery, error: BaseException, worker: str, user: channel.Channel) -> None:
     """Note a failed attempt (best effort: the database may be what failed)."""
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     try:
@@ -111,9 +109,7 @@ def record_lost_entry(*, entry: str, worker: str, user: channel.Channel) -> None
         logger.warning("Could not record the trimmed entry %s", entry, exc_info=True)
 
 
-def record_redeliveries(
-    *, deliveries: list[tuple[int | None, int]], worker: str, user: channel.Channel
-) -> None:
+def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str, user: channel.Channel) -> None:
     """(intent key, delivery number) of deliveries the broker sent before.
     Best effort, one statement; the intent may be unknown (rejected)."""
     if not deliveries:

@@ -221,7 +221,7 @@ def test_a_minimal_channel_registers_and_works_with_the_defaults(minimal):
         f"Received {first.pk} redelivered=False" in lines
         and lines[-1] == "Drained 3 deliveries; no ready intents left."
     )
-    assert HANDLED == [first.pk, second.pk]
+    assert [first.pk, second.pk] == HANDLED
     (rejected,) = RejectedMessage.objects.all()
     assert rejected.registration is None and rejected.reason == 'not {"id": n}'  # (claimed_id: what decodes)
     assert minimal.pending_count(stored_before=timezone.now()) == 0 and minimal.settled(first.pk)

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from nightjar_delivery import transport
+from nightjar_delivery import channel, transport
 from nightjar_delivery.recording import record_rejection
 from tests.helpers import MODES, break_tickets_table, mend_tickets_table, register_by_form
 from tickets.models import Completion, ParkedDelivery, Registration, RejectedMessage, Ticket

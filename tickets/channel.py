@@ -68,7 +68,9 @@ class RegistrationsChannel(channel.Channel):
         return handlers.load_handler(spec)  # handlers.HandlerError is a channel.HandlerError
 
     def handle_batch(self, messages, rejections, ack_all, pause, stored):
-        return batch.handle_batch(messages, rejections, ack_all, pause, user=self)  # (the messages carry what it writes)
+        return batch.handle_batch(
+            messages, rejections, ack_all, pause, user=self
+        )  # (the messages carry what it writes)
 
     # Reconcile and parking run in the engine (nightjar_delivery/reconcile.py); these are the domain's answers.
     refusal = NightjarError
