@@ -19,7 +19,7 @@ own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`
 - `register(ch)`: add a channel (a class or an instance); ImproperlyConfigured
   naming what is missing, ValueError for a name already taken by another.
 - `get(name)`: the channel of that name (LookupError naming the registered ones).
-- `all()`: the registered channels, in registration order.
+- `all()`: the registered channels, in the order they were registered.
 - `select(name)`: make it the process's channel (`worker/reconcile/parked
   --channel NAME`); None goes back to the default.
 - `current()`: the process's channel, for code that serves one: the selected
