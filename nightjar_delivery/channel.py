@@ -48,7 +48,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import conf
+from nightjar_delivery import conf, transport
 from nightjar_delivery.transport import Delivery
 
 
@@ -70,7 +70,7 @@ class Channel(abc.ABC):
     queue = ""  # the broker queue its intents travel on (a property, to read a setting when used)
     intents = "intents"  # what people call its intents, in the plural (the worker's "No ready intents")
     outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
-    handler_help = ""  # what `worker --handler` says the default is
+    handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
     refusal = DomainError  # what the channel's refusals are (a subclass of DomainError)
 
     # -- records: the user's concrete models of nightjar_delivery/records.py --
@@ -243,8 +243,6 @@ class Channel(abc.ABC):
 
     def gauges(self) -> dict:
         """Scrape-time gauges: {"pending": n, "parked": n, "queue": counts or {}}."""
-        from nightjar_delivery import transport
-
         try:
             counts = transport.queue_counts(self.queue)
         except transport.BrokerError:
@@ -376,3 +374,7 @@ def default() -> Channel:
 def current() -> Channel:
     """The process's channel: the one selected (--channel), else default()."""
     return get(_selected) if _selected is not None else default()
+
+
+# The tools' queue when none is named (transport.queue_name): the default channel's.
+transport.default_queue = lambda: default().queue

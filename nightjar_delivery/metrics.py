@@ -33,7 +33,6 @@ try:
     AVAILABLE = True
 except ImportError:  # the library's [prometheus] extra is not installed: nothing is counted
     AVAILABLE = False
-    GaugeMetricFamily = None  # (collectors are added only when AVAILABLE)
 
     class _Uncounted:
         """What a counter or histogram is without prometheus-client: every call does nothing."""

@@ -231,6 +231,8 @@ def test_a_minimal_channel_registers_and_works_with_the_defaults(minimal):
     with pytest.raises(channel.DomainError, match="'R-0001' is not a key of intents"):
         minimal.find("R-0001")
     assert minimal.actor("parked").endswith("(manage.py parked)")
+    parser = ManagementUtility(["manage.py", "worker"]).fetch_command("worker").create_parser("manage.py", "worker")
+    assert "minimal: tests.minimal_channel.handle" in " ".join(parser.format_help().split())
     minimal.record_staff_action(actor="x", action="requeue", intent=first, detail="")  # no staff_action_model: nothing
 
 

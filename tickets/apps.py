@@ -14,7 +14,7 @@ class TicketsConfig(AppConfig):
         # The engine's one view of tickets (nightjar_delivery/channel.py).
         channel.register(RegistrationsChannel())
         if engine_metrics.AVAILABLE:  # the [prometheus] extra
-            from tickets.metrics import RegistrationCollector, SeatCollector
+            from tickets.gauges import RegistrationCollector, SeatCollector
 
             engine_metrics.add_desk_collector(RegistrationCollector())  # pending and parked registrations
             engine_metrics.add_desk_collector(SeatCollector())  # the desk's /metrics: seats beside registrations

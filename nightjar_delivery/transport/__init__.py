@@ -11,6 +11,7 @@ default), redis-py in `redis_streams.py`. The broker URL's scheme
 import importlib
 import signal
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -39,12 +40,17 @@ class Delivery(NamedTuple):
     attempts: int = 0
 
 
+# The default channel's queue, as a function: set by nightjar_delivery.channel
+# when it is imported (this package imports no channel).
+default_queue: Callable[[], str] | None = None
+
+
 def queue_name() -> str:
     """The default channel's queue (channel.default(), whichever is selected):
     the queue of the tools below when none is named."""
-    from nightjar_delivery import channel  # (channel imports this package)
-
-    return channel.default().queue
+    if default_queue is None:
+        raise LookupError("No delivery channel is registered: name a queue.")
+    return default_queue()
 
 
 def dead_letter_queue_name(queue: str | None = None) -> str:

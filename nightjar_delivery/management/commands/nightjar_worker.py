@@ -25,7 +25,9 @@ def _default_handlers(argv: list[str]) -> str:
         None,
     )
     users = [user for user in channel.all() if user.name == named] or channel.all()
-    return "; ".join(f"{user.name}: {user.handler_help}" for user in users) or "none registered"
+    return (
+        "; ".join(f"{user.name}: {user.handler_help or user.default_handler()}" for user in users) or "none registered"
+    )
 
 
 class Command(BaseCommand):
