@@ -283,3 +283,17 @@ def test_without_the_default_setting_several_channels_need_a_name(second, settin
         channel.current()
     settings.NIGHTJAR_DEFAULT_CHANNEL = "second"
     assert channel.current() is second
+
+
+def test_a_default_channel_not_registered_or_an_emptied_queue_fails_the_system_check(settings):
+    from nightjar_delivery.checks import channels_have_queues_of_their_own
+
+    settings.NIGHTJAR_DEFAULT_CHANNEL = "registration"
+    settings.NIGHTJAR_QUEUE = ""
+    assert sorted((error.id, error.msg) for error in channels_have_queues_of_their_own(None)) == [
+        ("nightjar.E002", "The queue of the delivery channel registrations is empty."),
+        (
+            "nightjar.E006",
+            "NIGHTJAR_DEFAULT_CHANNEL names no registered delivery channel ('registration'; registered: registrations, tasks).",
+        ),
+    ]
