@@ -61,9 +61,9 @@ class Handling:
         since = timezone.now() if delivery.redelivered else None
         self.handler(message, lambda: self.ack_current(delivery), self.pause)
         self.handled += 1
-        # The handler does not say whether it made the ticket. A first delivery almost always
+        # The handler does not say whether it made the outcome. A first delivery almost always
         # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
-        # may not, so for those the tickets table says (one query, for redeliveries only).
+        # may not, so for those the channel says (made_since: one query, for redeliveries only).
         made = not delivery.redelivered or self.made_since(key, since)
         self.measure(started, handled=1, made=[created] if made else [])
         self.say("Handler returned.")
