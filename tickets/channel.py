@@ -1,8 +1,8 @@
 """The registrations channel: what the delivery engine asks of tickets
 (nightjar_delivery/channel.py says what each method promises). Registered in
 TicketsConfig.ready(); thin, every answer comes from the contract, the
-models or the services, and what is not here (pending, the staff trace's
-row, load_handler...) is the engine's default, derived from the models."""
+models or the services; what is not here (pending and its count, the
+staff trace's row) is the engine's default, derived from the models."""
 
 from django.db.models import Q
 
@@ -68,9 +68,8 @@ class RegistrationsChannel(channel.Channel):
         return handlers.load_handler(spec)  # handlers.HandlerError is a channel.HandlerError
 
     def handle_batch(self, messages, rejections, ack_all, pause, stored):
-        return batch.handle_batch(
-            messages, rejections, ack_all, pause, user=self
-        )  # (the messages carry what it writes)
+        # (the messages carry what it writes; the rejections are recorded as this channel's)
+        return batch.handle_batch(messages, rejections, ack_all, pause, user=self)
 
     # Reconcile and parking run in the engine (nightjar_delivery/reconcile.py); these are the domain's answers.
     refusal = NightjarError
