@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from nightjar_delivery import channel, sql, transport
 from nightjar_delivery import reconcile as engine
 from nightjar_delivery.worker import Worker
-from nightjar_tasks import messages, publishing, runner
+from nightjar_tasks import marks, messages, publishing, rows, runner
 from nightjar_tasks.backend import NightjarBackend
 from nightjar_tasks.channel import TasksChannel
 from nightjar_tasks.compat import (
@@ -324,7 +324,7 @@ def test_each_django_queue_has_its_broker_queue_and_channel(settings, tasks_chan
 
 
 def test_the_runner_s_own_sql_reads_and_marks_the_row_as_the_orm_would():
-    """runner._read and _mark_done send SQL of their own (issue 25, speed):
+    """rows.read and marks.mark_done send SQL of their own (issue 25, speed):
     every field must come back as the ORM reads it, and the done-mark store
     what the ORM's update would."""
     later = timezone.now() + timedelta(hours=1)
@@ -337,35 +337,35 @@ def test_the_runner_s_own_sql_reads_and_marks_the_row_as_the_orm_would():
         worker_ids=["w:1"],
         attempts=2,
     )
-    read = runner._read(record.pk)
+    read = rows.read(record.pk)
     stored = TaskRecord.objects.get(pk=record.pk)
     for field in TaskRecord._meta.concrete_fields:
         assert getattr(read, field.attname) == getattr(stored, field.attname), field.name
     assert not read._state.adding
     started = timezone.now()
     read.status, read.started_at, read.worker_ids = TaskResultStatus.RUNNING, started, [*read.worker_ids, "w:2"]
-    runner._mark_done(connection, read, {"sum": [3]}, started)
+    marks.mark_done(connection, read, {"sum": [3]}, started)
     done = TaskRecord.objects.get(pk=record.pk)
     assert (done.status, done.attempts, done.return_value) == (TaskResultStatus.SUCCESSFUL, 3, {"sum": [3]})
     assert (done.started_at, done.last_attempted_at, done.worker_ids) == (started, started, ["w:1", "w:2"])
     assert done.finished_at == read.finished_at and done.run_after == later
     with pytest.raises(TaskRecord.DoesNotExist):
-        runner._read(record.pk + 1000)
+        rows.read(record.pk + 1000)
 
 
 def test_the_claim_inserts_the_key_only_for_a_task_to_run_here_and_reads_the_row_as_the_orm_would():
-    """runner._claim (one statement on PostgreSQL, two elsewhere): the key of a
+    """marks.claim (one statement on PostgreSQL, two elsewhere): the key of a
     ready task inserted in the caller's transaction and its row read as the ORM
     reads it; nothing inserted for a task whose key is there already, one done
     or given up, or one that opted out of the shared transaction."""
     record = TaskRecord.objects.create(task_path="tests.task_functions.add", args=[1, 2], kwargs={"x": "é"})
     with transaction.atomic():
-        read, owned = runner._claim(connection, record.pk)
+        read, owned = marks.claim(connection, record.pk)
         assert owned and TaskCompletion.objects.filter(task_id=record.pk).exists()
         stored = TaskRecord.objects.get(pk=record.pk)
         for field in TaskRecord._meta.concrete_fields:
             assert getattr(read, field.attname) == getattr(stored, field.attname), field.name
-        assert runner._claim(connection, record.pk)[1] is False  # the key is there: a repeat runs nothing
+        assert marks.claim(connection, record.pk)[1] is False  # the key is there: a repeat runs nothing
         transaction.set_rollback(True)
     assert not TaskCompletion.objects.exists()  # rolled back with the transaction
     opted_out = TaskRecord.objects.create(task_path="tests.task_functions.insert_row_outside", atomic=False)
@@ -373,16 +373,16 @@ def test_the_claim_inserts_the_key_only_for_a_task_to_run_here_and_reads_the_row
     failed = TaskRecord.objects.create(task_path="tests.task_functions.add", status=TaskResultStatus.FAILED)
     with transaction.atomic():
         for row in (opted_out, done, failed):
-            read, owned = runner._claim(connection, row.pk)
+            read, owned = marks.claim(connection, row.pk)
             assert (read.pk, read.status, owned) == (row.pk, row.status, False)
     assert not TaskCompletion.objects.exists()
     with pytest.raises(TaskRecord.DoesNotExist), transaction.atomic():
-        runner._claim(connection, failed.pk + 1000)
+        marks.claim(connection, failed.pk + 1000)
 
 
 def test_a_batch_s_rows_and_its_done_marks_are_what_the_orm_reads_and_writes():
-    """runner._read_many (a batch's rows, no query compiler) reads what
-    in_bulk reads; _done_values prepares what the fields' get_db_prep_save
+    """rows.read_many (a batch's rows, no query compiler) reads what
+    in_bulk reads; marks.done_values prepares what the fields' get_db_prep_save
     prepares, so a row marked done by the hot path reads back as the ORM
     wrote it (the datetimes: nightjar_delivery/sql.py's stored and loaded)."""
     moments = [timezone.now(), timezone.now().replace(microsecond=0), timezone.now() - timedelta(days=400)]
@@ -393,21 +393,21 @@ def test_a_batch_s_rows_and_its_done_marks_are_what_the_orm_reads_and_writes():
         for n, moment in enumerate(moments)
     ]
     pks = [record.pk for record in records]
-    read = runner._read_many([*pks, pks[0], 10**9])  # a repeat and a missing id, as in_bulk takes them
+    read = rows.read_many([*pks, pks[0], 10**9])  # a repeat and a missing id, as in_bulk takes them
     orm = TaskRecord.objects.in_bulk(pks)
     assert set(read) == set(orm) == set(pks)
     for pk in pks:
         for field in TaskRecord._meta.concrete_fields:
             assert getattr(read[pk], field.attname) == getattr(orm[pk], field.attname), field.name
-    _, _, _, fields = runner._statements(connection.vendor)
+    fields = marks.DONE_FIELDS
     for record, moment in zip(records, moments, strict=True):
         record.status, record.finished_at, record.return_value = TaskResultStatus.SUCCESSFUL, moment, {"é": [1]}
         record.last_attempted_at = moment
-        ours = runner._done_values(connection, record)
+        ours = marks.done_values(connection, record)
         django_s = [field.get_db_prep_save(getattr(record, field.attname), connection) for field in fields]
         unwrapped = lambda values: [getattr(value, "obj", value) for value in values]  # noqa: E731 (psycopg's Jsonb)
         assert unwrapped(ours) == unwrapped(django_s)
-    runner._mark_done_many(records)
+    marks.mark_done_many(records)
     for record, moment in zip(records, moments, strict=True):
         stored = TaskRecord.objects.get(pk=record.pk)
         assert (stored.finished_at, stored.last_attempted_at, stored.started_at) == (moment, moment, moment)

@@ -1,0 +1,148 @@
+"""One attempt of a task, as both handlers (runner.handle and
+runner.handle_batch) make it: the task's code imported, the row as running,
+the body called within its time limit, and what it left: the failure
+recorded after the rollback, or the task_finished result of a task done."""
+
+import dataclasses
+import functools
+import os
+import socket
+from datetime import timedelta
+
+from django.core.signals import setting_changed
+from django.db import transaction
+from django.dispatch import receiver
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from nightjar_delivery.codec import storable_text
+from nightjar_tasks import backend as backends
+from nightjar_tasks import limits
+from nightjar_tasks.compat import TaskContext, TaskResultStatus, get_exception_traceback, get_module_path
+from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord
+
+SENDER = backends.NightjarBackend
+
+
+def worker_id() -> str:
+    return _worker_id(os.getpid())  # as the engine names its worker
+
+
+@functools.cache
+def _worker_id(pid: int) -> str:
+    return f"{socket.gethostname()}:{pid}"
+
+
+class CodeGone(Exception):
+    """A stored task's path no longer imports (removed or renamed by a deploy); its __cause__ says why."""
+
+
+def imported(path: str):
+    try:
+        return import_string(path)
+    except ImportError as error:
+        raise CodeGone(path) from error
+
+
+def running(record: TaskRecord, task, started, me: str):
+    """The TaskResult of the row as running now (the row itself is written
+    only by the done-mark or the failure)."""
+    record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
+    record.started_at = record.started_at or started
+    record.worker_ids = [*record.worker_ids, me]
+    return backends.to_result(record, task)
+
+
+_chosen: dict[tuple, float] = {}
+
+
+@receiver(setting_changed)
+def _forget(**kwargs):
+    _chosen.clear()
+
+
+def seconds_for(task, backend: str, *, atomic: bool, alias: str) -> float:
+    """The time limit of one attempt of this task: its own (@retry
+    time_limit), else its backend's OPTIONS, else limits.DEFAULT_TIME_LIMIT; for an
+    atomic task on SQLite at most sqlite_lock_budget (checks.py refuses an
+    OPTIONS value above it). Cached: asked once per task on the hot path."""
+    key = (task, backend, atomic, alias)
+    if key not in _chosen:
+        chosen = backends.retry_options(task, backend).get("time_limit") or limits.DEFAULT_TIME_LIMIT
+        budget = limits.sqlite_lock_budget(alias) if atomic else None
+        _chosen[key] = min(chosen, budget) if budget else chosen
+    return _chosen[key]
+
+
+def call(task, result, record: TaskRecord, alias: str, seconds: float | None = None):
+    """The body, within its time limit (seconds: a shorter one, a batch's rest)."""
+    args, kwargs = result.args, result.kwargs
+    # (limits.Limit looked up per call: bench/peers runs the worker with it disarmed)
+    with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
+        if task.takes_context:
+            return task.call(TaskContext(task_result=result), *args, **kwargs)
+        return task.call(*args, **kwargs)
+
+
+def record_failure(record: TaskRecord, error: BaseException, started, me: str, *, final: bool = False) -> TaskRecord:
+    """After the rollback: note the attempt; retry after the backoff, or at
+    the limit (or when final: its code is gone) FAILED and parked (one
+    transaction). Returns the row as stored."""
+    options = {"max_attempts": 1} if final else backends.retry_options(import_string(record.task_path), record.backend)
+    entry = {"exception_class_path": get_module_path(type(error)), "traceback": get_exception_traceback(error)}
+    now = timezone.now()
+    with transaction.atomic():
+        row = TaskRecord.objects.select_for_update().get(pk=record.pk)
+        row.attempts += 1
+        row.errors = [*row.errors, entry]
+        row.worker_ids = [*row.worker_ids, me]
+        row.started_at = row.started_at or started
+        row.last_attempted_at = started
+        tries = row.attempts - row.requeued_at_attempt
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        TaskFailure.objects.create(
+            task=row,
+            worker=me[:100],
+            error=storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300],
+        )
+        if tries >= options["max_attempts"]:
+            row.status, row.finished_at = TaskResultStatus.FAILED, now
+            TaskParked.objects.create(
+                task=row,
+                reason=storable_text(
+                    f"{row.task_path} raised {type(error).__name__}: {first_line} (worker {me}); failed {tries} times",
+                    max_bytes=1200,
+                )[:300],
+                attempts=tries,
+                body_excerpt=storable_text(row.task_path, max_bytes=2048),
+                body_sha256="",
+            )
+        else:
+            row.status = TaskResultStatus.READY
+            row.run_after = now + timedelta(seconds=options["backoff"] * 2 ** (tries - 1))
+            row.published_at = None  # reconcile publishes it when due
+        row.save()
+    return row
+
+
+@functools.cache
+def _result_fields(kind) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(kind))
+
+
+def finished(result, record: TaskRecord):
+    """The task_finished result of a task done now: its task_started result
+    with the done values (no second task.using(), issue 25)."""
+    # (Not dataclasses.replace: its args were normalized once already; not copy.copy, which
+    # takes ~13 µs through __reduce_ex__ for the backport's slotted dataclass, issue 25.)
+    done = object.__new__(type(result))
+    for name in _result_fields(type(result)):
+        object.__setattr__(done, name, getattr(result, name))
+    for name, value in (
+        ("status", TaskResultStatus.SUCCESSFUL),
+        ("finished_at", record.finished_at),
+        ("last_attempted_at", record.last_attempted_at),
+        ("_return_value", record.return_value),
+    ):
+        object.__setattr__(done, name, value)
+    return done

@@ -1,0 +1,173 @@
+"""The task's row as the hot path reads it: TaskRecord.objects.get() and
+in_bulk() without the query compiler (its compiling of a get() cost more than
+the whole rest of a delivery: a profile of `worker --channel tasks`, issue 25).
+
+The statement and its columns' converters are the ORM's own, compiled once
+per database; the rows then go through nightjar_delivery/sql.py's cursor,
+each value converted as the ORM converts it (a few kinds by a one-argument
+function that does the same work without the per-value checks), and the
+records made as Model.from_db makes them. tests/test_tasks_fast.py compares
+every field with the ORM's reading."""
+
+import functools
+import json
+from typing import NamedTuple
+
+from django.db import connections
+from django.db.models import BooleanField, DateTimeField, JSONField
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
+
+from nightjar_delivery import sql
+from nightjar_tasks.models import TaskRecord
+
+FIELDS = TaskRecord._meta.concrete_fields  # a row's columns, in this order: the id first (read_rows keys by row[0])
+_ATTNAMES = [field.attname for field in FIELDS]
+_PATH, _ENQUEUED, _RUN_AFTER = (
+    FIELDS.index(TaskRecord._meta.get_field(name)) for name in ("task_path", "enqueued_at", "run_after")
+)
+
+
+class Select(NamedTuple):
+    """The ORM's SELECT of one whole row by id (%s), and for each column that
+    has converters: (its index, the column, its converters, one: the chain as
+    one function of the value alone, or None: the chain, as the ORM calls it)."""
+
+    sql: str
+    converters: list[tuple]
+
+
+@functools.cache
+def select(alias: str) -> Select:
+    connection = connections[alias]
+    compiler = TaskRecord.objects.using(alias).order_by().filter(pk=0).query.get_compiler(alias)
+    statement, _ = compiler.as_sql()
+    columns = [column for column, _, _ in compiler.select]
+    converters = []
+    for index, (chain, column) in compiler.get_converters(columns).items():
+        one = _one_argument(connection, column.target)
+        converters.append((index, column, [one] if one else chain, one))
+    return Select(statement, converters)
+
+
+def _one_argument(connection, field):
+    """The kinds the hot path reads most, converted without Django's
+    per-value work: datetimes on a UTC SQLite (Django's converter parses the
+    text with a regex: 6 per row, 300 per batch, issue 25), JSON without a
+    decoder (JSONField.from_db_value's checks), SQLite's booleans."""
+    sqlite = connection.vendor == "sqlite"
+    if sqlite and isinstance(field, DateTimeField) and sql.plain_datetimes(connection.alias):
+        return sql.loaded
+    if type(field) is JSONField and field.decoder is None:
+        return _json_loaded
+    if sqlite and type(field) is BooleanField:
+        return _boolean
+    return None
+
+
+_EMPTY = {"[]": list, "{}": dict}
+
+
+def _json_loaded(value, expression=None, connection=None):
+    """A JSONField's value as its from_db_value makes it (no decoder of its own)."""
+    if value is None:
+        return None
+    if type(value) is str and value in _EMPTY:  # (most tasks' kwargs, errors, and a first attempt's worker_ids)
+        return _EMPTY[value]()
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _boolean(value, expression=None, connection=None):
+    """SQLite's convert_booleanfield_value (the column comes back as 0/1, or
+    already a bool through Django's registered "bool" converter)."""
+    return bool(value) if value in (0, 1) else value
+
+
+def _converted(connection, value, column, chain):
+    for converter in chain:
+        value = converter(value, column, connection)
+    return value
+
+
+@functools.cache
+def _in(alias: str, count: int) -> str:
+    return select(alias).sql.removesuffix(" = %s") + f" IN ({', '.join(['%s'] * count)})"
+
+
+def read_rows(pks) -> dict[int, tuple]:
+    """The rows of these tasks (FIELDS, unconverted), by id: one statement
+    per 500 ids."""
+    alias = TaskRecord.objects.db
+    ids, rows = sorted(set(pks)), {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows.update((row[0], row) for row in sql.execute(_in(alias, len(chunk)), chunk, using=alias))
+    return rows
+
+
+def read(pk: int) -> TaskRecord:
+    """TaskRecord.objects.get(pk=pk)."""
+    records = read_many([pk])
+    if not records:
+        raise TaskRecord.DoesNotExist(f"No task {pk}")
+    return records[pk]
+
+
+def read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int, TaskRecord]:
+    """TaskRecord.objects.in_bulk(pks); the rows given (read by the screen)
+    are not read again."""
+    rows = {pk: rows[pk] for pk in pks if pk in rows} if rows else {}
+    rows.update(read_rows(pk for pk in pks if pk not in rows))
+    connection = connections[TaskRecord.objects.db]
+    plain = not (pre_init.has_listeners(TaskRecord) or post_init.has_listeners(TaskRecord))
+    return {pk: record(connection, row, plain) for pk, row in rows.items()}
+
+
+def record(connection, row, plain: bool = False) -> TaskRecord:
+    """The TaskRecord of a row of FIELDS, each value converted as the ORM
+    would; plain (no receiver of pre_init or post_init would see its
+    __init__ skipped): made as Model.from_db makes it, without its __init__
+    (~8 µs a row, issue 25)."""
+    values = list(row)
+    for index, column, chain, one in select(connection.alias).converters:
+        values[index] = one(values[index]) if one else _converted(connection, values[index], column, chain)
+    if not plain:
+        return TaskRecord.from_db(connection.alias, _ATTNAMES, values)
+    made = object.__new__(TaskRecord)
+    made._state = state = ModelState()
+    state.adding, state.db = False, connection.alias
+    made.__dict__.update(zip(_ATTNAMES, values, strict=True))
+    return made
+
+
+class Screened(NamedTuple):
+    """A task's row as the worker's screen read it (TasksChannel.stored):
+    its path, which check_stored compares with the message's, when it is
+    due (None: now), and the whole row as the database returned it, from
+    which a batch builds its record."""
+
+    path: str
+    row: tuple
+    run_after: object = None
+
+
+def screened(pks) -> dict[int, tuple[Screened, float]]:
+    """TasksChannel.stored: {id: (Screened, when enqueued, in seconds since
+    the epoch)} of the stored tasks among pks."""
+    connection = connections[TaskRecord.objects.db]
+    chains = {index: (column, chain) for index, column, chain, _ in select(connection.alias).converters}
+    enqueued, run_after = (chains.get(index, (None, ())) for index in (_ENQUEUED, _RUN_AFTER))
+    return {
+        pk: (
+            Screened(
+                row[_PATH],
+                row,
+                None if row[_RUN_AFTER] is None else _converted(connection, row[_RUN_AFTER], *run_after),
+            ),
+            _converted(connection, row[_ENQUEUED], *enqueued).timestamp(),
+        )
+        for pk, row in read_rows(pks).items()
+    }
