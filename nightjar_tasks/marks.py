@@ -66,14 +66,19 @@ def insert_keys(task_ids: list[int]) -> set[int]:
     return the ids whose key was new. Ascending order, so two batches sharing
     tasks lock their keys in the same order (no deadlock)."""
     ids = sorted(set(task_ids))
-    table, alias = TaskCompletion._meta.db_table, TaskCompletion.objects.db
+    alias = TaskCompletion.objects.db
     now, new = sql.stored_now(alias), set()
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        values = ", ".join(["(%s, %s)"] * len(chunk))
-        statement = f"INSERT INTO {table} (task_id, completed) VALUES {values} {_CONFLICT}"
-        new.update(row[0] for row in sql.execute(statement, [v for pk in chunk for v in (pk, now)], using=alias))
+        params = [value for pk in chunk for value in (pk, now)]
+        new.update(row[0] for row in sql.execute(_insert(len(chunk)), params, using=alias))
     return new
+
+
+@functools.cache
+def _insert(count: int) -> str:
+    values = ", ".join(["(%s, %s)"] * count)
+    return f"INSERT INTO {TaskCompletion._meta.db_table} (task_id, completed) VALUES {values} {_CONFLICT}"
 
 
 def insert_key(task_id: int) -> bool:

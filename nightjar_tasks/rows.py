@@ -2,8 +2,8 @@
 in_bulk() without the query compiler (its compiling of a get() cost more than
 the whole rest of a delivery: a profile of `worker --channel tasks`, issue 25).
 
-The statement and its columns' converters are the ORM's own, compiled once
-per database; the rows then go through nightjar_delivery/sql.py's cursor,
+The statement and its columns' converters are built once per database; the
+rows go through nightjar_delivery/sql.py's cursor,
 each value converted as the ORM converts it (a few kinds by a one-argument
 function that does the same work without the per-value checks), and the
 records made as Model.from_db makes them. tests/test_tasks_fast.py compares
@@ -29,9 +29,11 @@ _PATH, _ENQUEUED, _RUN_AFTER = (
 
 
 class Select(NamedTuple):
-    """The ORM's SELECT of one whole row by id (%s), and for each column that
-    has converters: (its index, the column, its converters, one: the chain as
-    one function of the value alone, or None: the chain, as the ORM calls it)."""
+    """The SELECT of one whole row by id (%s), the statement the ORM's get()
+    sends, and for each column that has converters (the ORM's, as its
+    compiler chains them): (its index, the column, its converters, one: the
+    chain as one function of the value alone, or None: the chain, as the ORM
+    calls it)."""
 
     sql: str
     converters: list[tuple]
@@ -40,13 +42,14 @@ class Select(NamedTuple):
 @functools.cache
 def select(alias: str) -> Select:
     connection = connections[alias]
-    compiler = TaskRecord.objects.using(alias).order_by().filter(pk=0).query.get_compiler(alias)
-    statement, _ = compiler.as_sql()
-    columns = [column for column, _, _ in compiler.select]
+    quote, table, pk = connection.ops.quote_name, TaskRecord._meta.db_table, TaskRecord._meta.pk.column
+    statement = f"SELECT {', '.join(quote(f.column) for f in FIELDS)} FROM {quote(table)} WHERE {quote(pk)} = %s"
     converters = []
-    for index, (chain, column) in compiler.get_converters(columns).items():
-        one = _one_argument(connection, column.target)
-        converters.append((index, column, [one] if one else chain, one))
+    for index, column in enumerate(field.get_col(table) for field in FIELDS):
+        chain = [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
+        if chain:
+            one = _one_argument(connection, column.target)
+            converters.append((index, column, [one] if one else chain, one))
     return Select(statement, converters)
 
 
@@ -110,10 +113,11 @@ def read_rows(pks) -> dict[int, tuple]:
 
 def read(pk: int) -> TaskRecord:
     """TaskRecord.objects.get(pk=pk)."""
-    records = read_many([pk])
-    if not records:
+    connection = connections[TaskRecord.objects.db]
+    found = sql.execute(select(connection.alias).sql, [pk], using=connection.alias)
+    if not found:
         raise TaskRecord.DoesNotExist(f"No task {pk}")
-    return records[pk]
+    return record(connection, found[0], _plain())
 
 
 def read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int, TaskRecord]:
@@ -121,16 +125,20 @@ def read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int,
     are not read again."""
     rows = {pk: rows[pk] for pk in pks if pk in rows} if rows else {}
     rows.update(read_rows(pk for pk in pks if pk not in rows))
-    connection = connections[TaskRecord.objects.db]
-    plain = not (pre_init.has_listeners(TaskRecord) or post_init.has_listeners(TaskRecord))
+    connection, plain = connections[TaskRecord.objects.db], _plain()
     return {pk: record(connection, row, plain) for pk, row in rows.items()}
+
+
+def _plain() -> bool:
+    """Whether a TaskRecord is its fields' values and nothing else: no
+    receiver of pre_init or post_init would see its __init__ skipped."""
+    return not (pre_init.has_listeners(TaskRecord) or post_init.has_listeners(TaskRecord))
 
 
 def record(connection, row, plain: bool = False) -> TaskRecord:
     """The TaskRecord of a row of FIELDS, each value converted as the ORM
-    would; plain (no receiver of pre_init or post_init would see its
-    __init__ skipped): made as Model.from_db makes it, without its __init__
-    (~8 µs a row, issue 25)."""
+    would; plain (_plain() said so): made as Model.from_db makes it, without
+    its __init__ (~8 µs a row, issue 25)."""
     values = list(row)
     for index, column, chain, one in select(connection.alias).converters:
         values[index] = one(values[index]) if one else _converted(connection, values[index], column, chain)
