@@ -2,12 +2,11 @@
 in_bulk() without the query compiler (its compiling of a get() cost more than
 the whole rest of a delivery: a profile of `worker --channel tasks`, issue 25).
 
-The statement and its columns' converters are built once per database; the
-rows go through nightjar_delivery/sql.py's cursor,
-each value converted as the ORM converts it (a few kinds by a one-argument
-function that does the same work without the per-value checks), and the
-records made as Model.from_db makes them. tests/test_tasks_fast.py compares
-every field with the ORM's reading."""
+The statement and its columns' converters are built once per database, the
+rows read on nightjar_delivery/sql.py's cursor, each value converted as the
+ORM converts it (a few kinds by a one-argument function that does the same
+work without the per-value checks) and the records made as Model.from_db
+makes them. tests/test_tasks_fast.py compares every field with the ORM's."""
 
 import functools
 import json

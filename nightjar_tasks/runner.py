@@ -14,7 +14,12 @@ worker id, attempts) and the task retried after its backoff (reconcile
 publishes it when due), or, at its limit, FAILED and parked for staff.
 
 The signals go out with send_robust: a receiver that raises is logged by
-Django and never turns a committed (maybe acked) task into a failure."""
+Django and never turns a committed (maybe acked) task into a failure.
+
+Beside it: rows.py reads the task's row (the ORM's get() and in_bulk()
+without the query compiler), marks.py writes the completion key and the
+done-mark, attempts.py makes one attempt (the time limit, the failure and
+its retry or park, the task_finished result)."""
 
 import time
 
@@ -24,23 +29,12 @@ from django.utils import timezone
 from nightjar_delivery import sql
 from nightjar_delivery.checkpoints import checkpoint
 from nightjar_delivery.recording import record_rejection
+from nightjar_tasks import attempts, limits, marks, rows
 from nightjar_tasks import backend as backends
-from nightjar_tasks import limits
-from nightjar_tasks.attempts import (
-    SENDER,
-    CodeGone,
-    call,
-    finished,
-    imported,
-    record_failure,
-    running,
-    seconds_for,
-    worker_id,
-)
+from nightjar_tasks.attempts import SENDER
 from nightjar_tasks.compat import normalize_json, task_finished, task_started
-from nightjar_tasks.marks import FINAL, as_done, claim, delete_key, insert_key, insert_keys, mark_done, mark_done_many
 from nightjar_tasks.models import TaskCompletion, TaskRecord
-from nightjar_tasks.rows import Screened, read_many, screened
+from nightjar_tasks.rows import Screened, screened
 
 __all__ = ["Screened", "handle", "handle_batch", "screened"]  # what channel.py and the worker use
 
@@ -55,40 +49,41 @@ def handle(message, ack, pause=None):
     given-up) task finds its row so, inserts nothing, runs nothing, and is
     acked."""
     checkpoint(pause, "before-write")
-    started, me = timezone.now(), worker_id()
+    started, me = timezone.now(), attempts.worker_id()
     task = result = None
     done = False
     db = connections[TaskRecord.objects.db]  # the task's database: its transaction, its row
     try:
         with transaction.atomic(using=db.alias):
-            record, owned = claim(db, message.task_id)
+            record, owned = marks.claim(db, message.task_id)
             if owned:
-                task = imported(record.task_path)
-                result = running(record, task, started, me)
+                task = attempts.imported(record.task_path)
+                result = attempts.running(record, task, started, me)
                 task_started.send_robust(SENDER, task_result=result)
-                value = normalize_json(call(task, result, record, db.alias))
+                value = normalize_json(attempts.call(task, result, record, db.alias))
                 sql.refuse_marked_for_rollback(db.alias)  # (a caught database error: nothing would commit)
                 checkpoint(pause, "inside-transaction")
-                done = mark_done(db, record, value, started)
-        if not owned and not record.atomic and record.status not in FINAL:
+                done = marks.mark_done(db, record, value, started)
+        if not owned and not record.atomic and record.status not in marks.FINAL:
             # Opted out: the body commits on its own; a crash before the mark repeats it.
-            task = imported(record.task_path)
-            result = running(record, task, started, me)
+            task = attempts.imported(record.task_path)
+            result = attempts.running(record, task, started, me)
             if not TaskCompletion.objects.filter(task_id=record.pk).exists():
                 task_started.send_robust(SENDER, task_result=result)
-                value = normalize_json(call(task, result, record, db.alias))
+                value = normalize_json(attempts.call(task, result, record, db.alias))
                 checkpoint(pause, "inside-transaction")
                 with transaction.atomic(using=db.alias):
-                    done = insert_key(record.pk) and mark_done(db, record, value, started)
+                    done = marks.insert_key(record.pk) and marks.mark_done(db, record, value, started)
     except BaseException as error:
-        if task is None and isinstance(error, CodeGone):  # no retry can import it: FAILED at once, with the ImportError
-            record_failure(record, error.__cause__, started, me, final=True)
+        if task is None and isinstance(error, attempts.CodeGone):
+            # No retry can import it: FAILED at once, with the ImportError.
+            attempts.record_failure(record, error.__cause__, started, me, final=True)
             checkpoint(pause, "after-commit")
             ack()
             return
         if task is None or not limits.own_failure(error):
             raise  # not the task's failure (its row could not be read or claimed; Ctrl+C)
-        failed = record_failure(record, error, started, me)
+        failed = attempts.record_failure(record, error, started, me)
         checkpoint(pause, "after-commit")
         ack()
         result = backends.to_result(failed, task)
@@ -97,7 +92,7 @@ def handle(message, ack, pause=None):
     checkpoint(pause, "after-commit")
     ack()
     if done:
-        task_finished.send_robust(SENDER, task_result=finished(result, record))
+        task_finished.send_robust(SENDER, task_result=attempts.finished(result, record))
 
 
 def handle_batch(
@@ -139,12 +134,14 @@ def handle_batch(
     here (the stronger promise). stored: TasksChannel.stored's answer for
     the batch (the rows the screen read: not read again). Returns the ids
     done now."""
-    records = read_many([message.task_id for message in messages], {pk: s.row for pk, (s, _) in (stored or {}).items()})
-    me = worker_id()
+    records = rows.read_many(
+        [message.task_id for message in messages], {pk: s.row for pk, (s, _) in (stored or {}).items()}
+    )
+    me = attempts.worker_id()
     pending = {}
     for message in messages:  # a task twice in one batch runs once
         record = records[message.task_id]
-        if record.status not in FINAL:
+        if record.status not in marks.FINAL:
             pending[record.pk] = record
     done, results = [], []
     alias = TaskRecord.objects.db
@@ -152,7 +149,7 @@ def handle_batch(
     with transaction.atomic(using=alias):
         for delivery, reason in rejections:
             record_rejection(delivery=delivery, reason=reason, user=user)
-        owned = insert_keys(list(pending)) if pending else set()
+        owned = marks.insert_keys(list(pending)) if pending else set()
         tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
         # On SQLite the batch's transaction holds the one write lock for all its bodies:
         # together they get one task's budget (limits.sqlite_lock_budget); the tasks the
@@ -165,44 +162,45 @@ def handle_batch(
             path = record.task_path
             started = timezone.now()
             try:
-                task = tasks.get(path) or tasks.setdefault(path, imported(path))
-            except CodeGone as gone:
-                delete_key(pk)
-                record_failure(record, gone.__cause__, started, me, final=True)
+                task = tasks.get(path) or tasks.setdefault(path, attempts.imported(path))
+            except attempts.CodeGone as gone:
+                marks.delete_key(pk)
+                attempts.record_failure(record, gone.__cause__, started, me, final=True)
                 continue
             own = left = None
             if deadline is not None and record.atomic:
-                own, left = seconds_for(task, record.backend, atomic=True, alias=alias), deadline - time.monotonic()
+                own = attempts.seconds_for(task, record.backend, atomic=True, alias=alias)
+                left = deadline - time.monotonic()
                 if left <= 0:
-                    delete_key(pk)
+                    marks.delete_key(pk)
                     put_back.append(pk)
                     continue
-            result = running(record, task, started, me)
+            result = attempts.running(record, task, started, me)
             cut = left is not None and left < own  # stopped by the batch's budget, not its own limit
             try:
                 with each:
                     task_started.send_robust(SENDER, task_result=result)
-                    value = normalize_json(call(task, result, record, alias, left if cut else None))
+                    value = normalize_json(attempts.call(task, result, record, alias, left if cut else None))
             except BaseException as error:
                 if not limits.own_failure(error):
                     raise
-                delete_key(pk)
+                marks.delete_key(pk)
                 if cut and isinstance(error, limits.TimeLimitExceeded):
                     put_back.append(pk)
                     continue
-                failed = record_failure(record, error, started, me)
+                failed = attempts.record_failure(record, error, started, me)
                 task_finished.send_robust(SENDER, task_result=backends.to_result(failed, task))
                 continue
-            as_done(record, value, started)
+            marks.as_done(record, value, started)
             done.append(record)
             results.append(result)
         each.close()
         if put_back:  # READY, never published: reconcile publishes them at its next pass
             TaskRecord.objects.filter(pk__in=put_back).update(published_at=None)
-        mark_done_many(done)
+        marks.mark_done_many(done)
         checkpoint(pause, "inside-transaction")
     checkpoint(pause, "after-commit")
     ack_all()
     for record, result in zip(done, results, strict=True):
-        task_finished.send_robust(SENDER, task_result=finished(result, record))
+        task_finished.send_robust(SENDER, task_result=attempts.finished(result, record))
     return [record.pk for record in done]
