@@ -30,12 +30,12 @@ _PATH, _ENQUEUED, _RUN_AFTER = (
 class Select(NamedTuple):
     """The SELECT of one whole row by id (%s), the statement the ORM's get()
     sends, and for each column that has converters (the ORM's, as its
-    compiler chains them): (its index, the column, its converters, one: the
-    chain as one function of the value alone, or None: the chain, as the ORM
-    calls it)."""
+    compiler chains them), by its index: (the column, its converters, one:
+    the chain as one function of the value alone, or None: the chain, as the
+    ORM calls it)."""
 
     sql: str
-    converters: list[tuple]
+    converters: dict[int, tuple]
 
 
 @functools.cache
@@ -43,12 +43,12 @@ def select(alias: str) -> Select:
     connection = connections[alias]
     quote, table, pk = connection.ops.quote_name, TaskRecord._meta.db_table, TaskRecord._meta.pk.column
     statement = f"SELECT {', '.join(quote(f.column) for f in FIELDS)} FROM {quote(table)} WHERE {quote(pk)} = %s"
-    converters = []
+    converters = {}
     for index, column in enumerate(field.get_col(table) for field in FIELDS):
         chain = [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)]
         if chain:
             one = _one_argument(connection, column.target)
-            converters.append((index, column, [one] if one else chain, one))
+            converters[index] = (column, [one] if one else chain, one)
     return Select(statement, converters)
 
 
@@ -139,7 +139,7 @@ def record(connection, row, plain: bool = False) -> TaskRecord:
     would; plain (_plain() said so): made as Model.from_db makes it, without
     its __init__ (~8 µs a row, issue 25)."""
     values = list(row)
-    for index, column, chain, one in select(connection.alias).converters:
+    for index, (column, chain, one) in select(connection.alias).converters.items():
         values[index] = one(values[index]) if one else _converted(connection, values[index], column, chain)
     if not plain:
         return TaskRecord.from_db(connection.alias, _ATTNAMES, values)
@@ -165,8 +165,8 @@ def screened(pks) -> dict[int, tuple[Screened, float]]:
     """TasksChannel.stored: {id: (Screened, when enqueued, in seconds since
     the epoch)} of the stored tasks among pks."""
     connection = connections[TaskRecord.objects.db]
-    chains = {index: (column, chain) for index, column, chain, _ in select(connection.alias).converters}
-    enqueued, run_after = (chains.get(index, (None, ())) for index in (_ENQUEUED, _RUN_AFTER))
+    converters = select(connection.alias).converters
+    enqueued, run_after = (converters.get(index, (None, ()))[:2] for index in (_ENQUEUED, _RUN_AFTER))
     return {
         pk: (
             Screened(
