@@ -16,12 +16,12 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
   a thread of its own resets their idle time (XCLAIM ... JUSTID) three times
   per NIGHTJAR_CLAIM_IDLE_SECONDS. So a claim means the owner went silent
   (dead, frozen, cut off); the completion key makes even that harmless.
-- Read-ahead (service mode, per delivery): once the buffer is down to half
-  the prefetch, the XACKs of what was committed and the next XREADGROUP go
-  out at once and their reply is read when the buffer runs empty (or by
-  whatever uses the connection first): the server's AOF fsync of the read
-  overlaps the worker's handling instead of stalling it. At most `prefetch`
-  entries held, as without it.
+- Read-ahead (service mode): once the buffer is down to half the prefetch,
+  the XACKs of what was committed and the next XREADGROUP go out at once,
+  and their reply is read when the buffer runs empty (or by whatever uses
+  the connection first): the server's AOF fsync of the read overlaps the
+  worker's handling instead of stalling it. At most `prefetch` entries
+  held, as without it.
 - Give up: the worker parks after its own count of failures; as a backstop
   (what RabbitMQ's x-delivery-limit is), an entry handed out more than
   NIGHTJAR_DELIVERY_LIMIT + 1 times (the pending entry's delivery counter,
@@ -415,25 +415,15 @@ class Consumer:
         """XACK after the commit (a dead-letter entry is deleted instead)."""
         if flush or tag.startswith(DEAD_PREFIX):
             self.ack_many([tag], flush=flush)
-            return
-        # The worker's per-delivery path, once per entry: deferred as ack_many defers it,
-        # and sent with a read-ahead once the buffer is down to half the prefetch.
-        self._deferred.append(tag)
-        if len(self._deferred) > self.prefetch:
-            self.flush_acks()
-        elif self._ahead is None and not self._read_own_pending and len(self._buffer) <= self.prefetch // 2:
-            with self._lock:
-                if self._ahead is None:
-                    self._read_ahead()
+        else:
+            self._defer([tag])  # the per-delivery path, once per entry: no list work
 
     def ack_many(self, tags: list, *, flush: bool = True) -> None:
         """One XACK for a batch's entries; flush=False defers it (see _deferred)."""
         dead = [tag[len(DEAD_PREFIX) :] for tag in tags if str(tag).startswith(DEAD_PREFIX)]
         live = [tag for tag in tags if not str(tag).startswith(DEAD_PREFIX)]
         if not flush and not dead:
-            self._deferred += live  # sent with the next read, at the latest
-            if len(self._deferred) > self.prefetch:
-                self.flush_acks()
+            self._defer(live)
             return
         try:
             with self._lock:
@@ -446,6 +436,19 @@ class Consumer:
                     self._client.xdel(self.dead, *dead)
         except redis.exceptions.RedisError as error:
             raise translated("ack", error) from None
+
+    def _defer(self, tags: list) -> None:
+        """Committed entries whose XACK waits for the next read, at the latest:
+        a read-ahead once the buffer is down to half the prefetch (in batch
+        mode with --prefetch twice --batch: a batch is read while the one
+        before it is handled)."""
+        self._deferred += tags
+        if len(self._deferred) > self.prefetch:
+            self.flush_acks()
+        elif self._ahead is None and not self._read_own_pending and len(self._buffer) <= self.prefetch // 2:
+            with self._lock:
+                if self._ahead is None:
+                    self._read_ahead()
 
     def flush_acks(self) -> None:
         """Send the deferred acks now, if any."""
