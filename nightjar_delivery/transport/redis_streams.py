@@ -458,9 +458,11 @@ class Consumer:
     def requeue(self, tag) -> None:
         """Hand a delivery back: it stays in this consumer's pending list and
         is read again first (its delivery counter grows each time). What the
-        buffer held is pending too, and is read again with it."""
-        self._buffer.clear()
-        self._read_own_pending = True
+        buffer held is pending too, and is read again with it. Under the lock:
+        the keeper thread may be settling a read-ahead into the buffer."""
+        with self._lock:
+            self._buffer.clear()
+            self._read_own_pending = True
 
     def stop_consuming(self) -> None:
         """Nothing to cancel: unacked entries stay pending under this consumer's name."""
