@@ -16,6 +16,7 @@ import pytest
 
 from devtools.ports import free_port
 from nightjar_delivery import transport
+from nightjar_delivery.transport import redis_streams
 from tests.conftest import ROOT
 from tickets.models import DeliveryFailure, Registration
 from tickets.services.reconcile import reconcile_registrations
@@ -195,3 +196,37 @@ def test_redis_node_says_why_it_did_not_start_when_a_silent_program_holds_its_po
     assert "redis-server did not start" in result.stderr
     assert f"Could not create server TCP listening socket 127.0.0.1:{port}" in result.stderr
     assert seconds < 30, f"it took {seconds:.0f} s to give up"
+
+
+def test_a_consumer_reading_ahead_holds_no_more_than_its_prefetch_and_acks_only_what_was_acked(redis_server):
+    """Service mode per delivery: the next read goes out with the acks while
+    the buffer still holds entries. Each entry is handed out once, in order;
+    it stays pending until its ack; what is pending never exceeds the
+    prefetch; after a hand-back the own pending list comes first, and what a
+    read-ahead brought meanwhile is not handed out twice."""
+    queue = transport.queue_name()
+    for n in range(12):
+        transport.publish(f"{n}".encode(), message_id=f"m{n}", queue=queue)
+    consumer = redis_streams.Consumer(prefetch=4, queue=queue)
+
+    def pending() -> list[str]:
+        return redis_server.cli("XPENDING", queue, "nightjar", "-", "+", "100").split()[::4]
+
+    seen, handed_back = [], None
+    try:
+        for delivery in consumer.consume(idle_seconds=0.2):
+            if delivery is None:
+                break
+            assert delivery.tag in pending()  # not acknowledged before its ack
+            assert len(pending()) <= 4
+            if delivery.body == b"5" and handed_back is None:
+                handed_back = delivery.tag  # a failure: 5 goes back, with 6, 7 and 8 read ahead behind it
+                consumer.requeue(delivery.tag)
+                continue
+            seen.append((delivery.body, delivery.redelivered))
+            consumer.ack(delivery.tag, flush=False)
+    finally:
+        consumer.close()
+    assert [int(body) for body, _ in seen] == list(range(12))
+    assert [int(body) for body, again in seen if again] == [5, 6, 7, 8]  # from the own pending list, once each
+    assert pending() == []

@@ -16,6 +16,12 @@ How it keeps the promise RabbitMQ keeps with confirms, acks and a quorum queue:
   a thread of its own resets their idle time (XCLAIM ... JUSTID) three times
   per NIGHTJAR_CLAIM_IDLE_SECONDS. So a claim means the owner went silent
   (dead, frozen, cut off); the completion key makes even that harmless.
+- Read-ahead (service mode): once the buffer is down to half the prefetch,
+  the XACKs of what was committed and the next XREADGROUP go out at once,
+  and their reply is read when the buffer runs empty (or by whatever uses
+  the connection first): the server's AOF fsync of the read overlaps the
+  worker's handling instead of stalling it. At most `prefetch` entries
+  held, as without it.
 - Give up: the worker parks after its own count of failures; as a backstop
   (what RabbitMQ's x-delivery-limit is), an entry handed out more than
   NIGHTJAR_DELIVERY_LIMIT + 1 times (the pending entry's delivery counter,
@@ -167,6 +173,10 @@ class Consumer:
         # use of the client holds the lock: one connection, one thread at a time.
         self._held: set[str] = set()
         self._lock = threading.RLock()
+        # A read-ahead sent and not yet answered: (connection, the pipeline's
+        # commands, the tags its XACK carries). Whoever takes the lock reads
+        # its reply first (_settle), so the connection is never out of step.
+        self._ahead: tuple | None = None
         self._stopped = threading.Event()
         try:
             ensure_group(self._client, self.queue)
@@ -186,6 +196,7 @@ class Consumer:
         if not self._lock.acquire(timeout=wait):
             return True  # the worker is reading: nothing is running long now
         try:
+            self._settle()
             if self._held:
                 kept = self._client.xclaim(self.queue, GROUP, self.name, 0, list(self._held), justid=True)
                 # What is no longer pending (acked by a consumer that claimed it while
@@ -224,6 +235,9 @@ class Consumer:
 
     def _take_locked(self, count: int, *, block_ms: int | None) -> list[Delivery]:
         try:
+            self._settle()
+            if self._buffer:
+                return []  # the read-ahead's entries (this call or the keeper thread read them): those first
             if self._read_own_pending:
                 self.flush_acks()  # first: a read of our own pending list must not see what is done
             while self._read_own_pending:
@@ -255,6 +269,54 @@ class Consumer:
         except redis.exceptions.RedisError as error:
             raise translated("consume", error) from None
 
+    def _read_ahead(self) -> None:
+        """Send the deferred XACKs and the next XREADGROUP (no BLOCK: an empty
+        stream answers at once) without waiting for the reply; the lock is
+        held. A send that fails leaves the acks deferred: the next call
+        reconnects, sends them, and reports a broker that is gone."""
+        count = self.prefetch - len(self._buffer)  # what is held stays within the prefetch
+        pipe = self._client.pipeline(transaction=False)
+        acks = self._deferred
+        if acks:
+            pipe.xack(self.queue, GROUP, *acks)
+        pipe.xreadgroup(GROUP, self.name, {self.queue: ">"}, count=count)
+        pool = self._client.connection_pool
+        try:
+            connection = pool.get_connection()
+        except redis.exceptions.RedisError:
+            return
+        try:
+            commands = list(pipe.command_stack)
+            connection.send_packed_command(connection.pack_commands([args for args, _ in commands]))
+        except redis.exceptions.RedisError:
+            connection.disconnect()
+            pool.release(connection)
+            return
+        self._ahead, self._deferred = (connection, commands, acks), []
+
+    def _settle(self) -> None:
+        """Read the read-ahead's reply, if one is due (the lock is held): its
+        acks are done, its entries go to the end of the buffer; dropped after
+        a hand-back, when the own pending list, which holds them, is read
+        first. The connection goes back to the pool either way."""
+        if self._ahead is None:
+            return
+        (connection, commands, acks), self._ahead = self._ahead, None
+        pool = self._client.connection_pool
+        try:
+            replies = [self._client.parse_response(connection, args[0], **options) for args, options in commands]
+        except redis.exceptions.RedisError as error:
+            connection.disconnect()  # a reply may be left unread: never reuse it
+            self._deferred[:0] = acks  # not known to be done: sent again (a repeated XACK is harmless)
+            self._read_own_pending = True  # what it read, if anything, is pending here: read it from there
+            raise translated("consume", error) from None
+        finally:
+            pool.release(connection)
+        self._acked(acks)
+        deliveries = self._deliveries(replies[-1], redelivered=False)
+        if not self._read_own_pending:
+            self._buffer.extend(deliveries)
+
     def _claim(self, count: int) -> list[Delivery]:
         """Entries idle under another consumer: walk XAUTOCLAIM's cursor to the end."""
         idle_ms = int(conf.NIGHTJAR_CLAIM_IDLE_SECONDS * 1000)
@@ -272,6 +334,7 @@ class Consumer:
     def _deliveries(self, reply, *, redelivered: bool) -> list[Delivery]:
         entries = [entry for _, stream_entries in (reply or []) for entry in stream_entries]
         counts = self._delivery_counts(entries) if redelivered else {}
+        limit = conf.NIGHTJAR_DELIVERY_LIMIT + 1  # once per read: a settings lookup costs µs
         deliveries = []
         for entry_id, fields in entries:
             tag = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
@@ -280,7 +343,7 @@ class Consumer:
                 self._client.xack(self.queue, GROUP, tag)
                 continue
             times = counts.get(tag, 1)
-            if times > conf.NIGHTJAR_DELIVERY_LIMIT + 1:
+            if times > limit:
                 self._dead_letter(tag, fields, times)
                 continue
             self._held.add(tag)
@@ -333,6 +396,7 @@ class Consumer:
     def _get_dead(self) -> Delivery | None:
         try:
             with self._lock:
+                self._settle()
                 entries = self._client.xrange(self.dead, count=1)
         except redis.exceptions.RedisError as error:
             raise translated("get", error) from None
@@ -349,20 +413,22 @@ class Consumer:
 
     def ack(self, tag, *, multiple: bool = False, flush: bool = True) -> None:
         """XACK after the commit (a dead-letter entry is deleted instead)."""
-        self.ack_many([tag], flush=flush)
+        if flush or tag.startswith(DEAD_PREFIX):
+            self.ack_many([tag], flush=flush)
+        else:
+            self._defer([tag])  # the per-delivery path, once per entry: no list work
 
     def ack_many(self, tags: list, *, flush: bool = True) -> None:
         """One XACK for a batch's entries; flush=False defers it (see _deferred)."""
         dead = [tag[len(DEAD_PREFIX) :] for tag in tags if str(tag).startswith(DEAD_PREFIX)]
         live = [tag for tag in tags if not str(tag).startswith(DEAD_PREFIX)]
         if not flush and not dead:
-            self._deferred += live  # sent with the next read, at the latest
-            if len(self._deferred) > self.prefetch:
-                self.flush_acks()
+            self._defer(live)
             return
-        live, self._deferred = self._deferred + live, []
         try:
             with self._lock:
+                self._settle()
+                live, self._deferred = self._deferred + live, []
                 if live:
                     self._client.xack(self.queue, GROUP, *live)
                     self._acked(live)
@@ -370,6 +436,19 @@ class Consumer:
                     self._client.xdel(self.dead, *dead)
         except redis.exceptions.RedisError as error:
             raise translated("ack", error) from None
+
+    def _defer(self, tags: list) -> None:
+        """Committed entries whose XACK waits for the next read, at the latest:
+        a read-ahead once the buffer is down to half the prefetch (in batch
+        mode with --prefetch twice --batch: a batch is read while the one
+        before it is handled)."""
+        self._deferred += tags
+        if len(self._deferred) > self.prefetch:
+            self.flush_acks()
+        elif self._ahead is None and not self._read_own_pending and len(self._buffer) <= self.prefetch // 2:
+            with self._lock:
+                if self._ahead is None:
+                    self._read_ahead()
 
     def flush_acks(self) -> None:
         """Send the deferred acks now, if any."""
@@ -379,9 +458,11 @@ class Consumer:
     def requeue(self, tag) -> None:
         """Hand a delivery back: it stays in this consumer's pending list and
         is read again first (its delivery counter grows each time). What the
-        buffer held is pending too, and is read again with it."""
-        self._buffer.clear()
-        self._read_own_pending = True
+        buffer held is pending too, and is read again with it. Under the lock:
+        the keeper thread may be settling a read-ahead into the buffer."""
+        with self._lock:
+            self._buffer.clear()
+            self._read_own_pending = True
 
     def stop_consuming(self) -> None:
         """Nothing to cancel: unacked entries stay pending under this consumer's name."""
@@ -394,6 +475,8 @@ class Consumer:
     def close(self) -> None:
         self._stopped.set()
         with contextlib.suppress(BrokerError):
+            with self._lock:
+                self._settle()
             self.flush_acks()
         with self._lock:
             self._client.close()
@@ -410,7 +493,7 @@ def _keep_holding(consumer_ref, every: float) -> None:
         try:
             if consumer is None or not consumer.keep_holding(every):
                 return
-        except redis.exceptions.RedisError as error:
+        except (redis.exceptions.RedisError, BrokerError) as error:
             logger.info("Could not refresh the entries this worker holds: %s", error)
         finally:
             del consumer
