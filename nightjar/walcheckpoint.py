@@ -35,25 +35,29 @@ def request_connections_leave_checkpoints(sender, connection, **kwargs) -> None:
 
 class Checkpointer(threading.Thread):
     """Checkpoints one SQLite database every `interval` seconds on a
-    connection of its own; `passes` counts its checkpoints (tests wait on it)."""
+    connection of its own; `passes` counts its passes and `last` keeps the
+    last one's answer (tests wait on them)."""
 
     def __init__(self, alias: str, interval: float = INTERVAL) -> None:
         super().__init__(name=f"nightjar-wal-checkpoint-{alias}", daemon=True)
         self.alias = alias
         self.interval = interval
         self.passes = 0
+        self.last: tuple[int, int, int] | None = None
         self.passed = threading.Condition()
         self.stopping = threading.Event()
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval):
             try:
-                self.checkpoint()
+                last = self.checkpoint()
             except Exception:
                 # A locked or missing file now is no reason to stop for good; the next second tries again.
                 logger.exception("The WAL checkpoint of database %r failed", self.alias)
                 connections[self.alias].close()
+                last = None
             with self.passed:
+                self.last = last
                 self.passes += 1
                 self.passed.notify_all()
         connections[self.alias].close()
