@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -59,6 +60,21 @@ def test_the_count_is_one_row_per_key_and_minute_and_adds_up():
     assert ratelimit.count("other") == 1
     assert RateCount.objects.count() == 2
     assert not ratelimit.over_limit("k", 0)  # 0: no limit
+
+
+@pytest.mark.fast
+@pytest.mark.django_db
+def test_a_guest_request_forgets_a_bounded_number_of_old_minutes(monkeypatch):
+    """The sweep runs on a guest's request: however many addresses an old
+    minute had, one request deletes at most SWEPT of them (issue 43)."""
+    monkeypatch.setattr(ratelimit, "SWEEP_CHANCE", 1.0)  # every request sweeps
+    old = int(time.time() // 60) - 5
+    RateCount.objects.bulk_create([RateCount(key=f"10.0.0.{i}", minute=old, count=1) for i in range(250)])
+    ratelimit.count("now")
+    assert RateCount.objects.filter(minute=old).count() == 250 - ratelimit.SWEPT
+    ratelimit.count("now")
+    ratelimit.count("now")
+    assert list(RateCount.objects.values_list("key", "count")) == [("now", 3)]
 
 
 @pytest.mark.fast
