@@ -333,6 +333,30 @@ def test_on_postgresql_the_workers_statements_become_prepared_statements():
 
 
 @pytest.mark.fast
+def test_on_postgresql_a_batchs_keys_and_tickets_are_one_statement_text_whatever_its_size():
+    """A batch's keys and tickets go as arrays: one statement text for
+    batches of any size, prepared once per connection, where a multi-row
+    VALUES of 100 or 200 parameters had psycopg parse its text anew on every
+    batch (its cache stops at 50 parameters) and never became prepared."""
+    if connection.vendor != "postgresql":
+        pytest.skip("arrays and prepared statements are PostgreSQL's; bin/test runs this file on PostgreSQL too")
+    registrations = Registration.objects.bulk_create([Registration(name=f"Array Guest {i}") for i in range(21)])
+    ids, start = [registration.pk for registration in registrations], 0
+    for size in range(1, 7):  # six batches of six sizes: 21 registrations
+        batch = ids[start : start + size]
+        start += size
+        assert Completion.objects.insert_new(batch) == set(batch)
+        Ticket.objects.issue_many([(pk, f"Array Guest {pk}") for pk in batch])
+    assert Completion.objects.insert_new(ids[:3]) == set()  # the keys are there: nothing new
+    assert sorted(Ticket.objects.values_list("registration_id", flat=True)) == ids
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    for table in ("tickets_completion", "tickets_ticket"):
+        assert any(f"INSERT INTO {table}" in statement for statement in prepared), prepared
+
+
+@pytest.mark.fast
 def test_a_registration_redelivered_thousands_of_times_shows_a_bounded_history(staff):
     """Hostile or sick traffic can leave thousands of events on one registration:
     its page shows the newest of each kind, says how many it left out, and

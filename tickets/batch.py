@@ -30,7 +30,7 @@ def handle_batch(messages, rejections, ack_all, pause=None, *, user):
         new = Completion.objects.insert_new([message.registration_id for message in messages])
         checkpoint(pause, "inside-transaction")
         names = {message.registration_id: message.name for message in messages if message.registration_id in new}
-        Ticket.objects.issue_many(sorted(names.items()))
+        Ticket.objects.issue_many(sorted(names.items()), commit=True)  # the last statement: with the COMMIT
 
     checkpoint(pause, "after-commit")
     ack_all()

@@ -8,7 +8,7 @@ from django.db import models
 from django.utils import timezone
 
 from nightjar_delivery import records
-from nightjar_delivery.sql import execute, stored_now, vendor
+from nightjar_delivery.sql import execute, execute_and_commit, stored_now, vendor
 from tickets.contract import MAX_NAME_CODE_POINTS, format_code
 
 
@@ -121,20 +121,29 @@ class TicketManager(models.Manager):
         """Whether a ticket for this registration was issued at or after `since`."""
         return self.filter(registration_id=registration_id, issued__gte=since).exists()
 
-    def issue_many(self, tickets: list[tuple[int, str]]) -> None:
-        """Insert tickets for (registration_id, name) pairs in one statement."""
+    def issue_many(self, tickets: list[tuple[int, str]], *, commit: bool = False) -> None:
+        """Insert tickets for (registration_id, name) pairs in one statement.
+        commit: it is the last statement of the outermost atomic block, sent
+        with the COMMIT on PostgreSQL (sql.execute_and_commit: one round trip
+        fewer per batch)."""
         if not tickets:
             return
-        now = stored_now()
-        rows = ", ".join(["(%s, %s, %s, %s)"] * len(tickets))
-        params = [
-            value
-            for (pk, name), secret in zip(tickets, new_secrets(len(tickets)), strict=True)
-            for value in (pk, name, now, secret)
-        ]
-        execute(
-            f"INSERT INTO {self.model._meta.db_table} (registration_id, name, issued, secret) VALUES {rows}", params
-        )
+        table, now, secrets_ = self.model._meta.db_table, stored_now(), new_secrets(len(tickets))
+        if vendor() == "postgresql":
+            # Arrays, as in insert_new: three parameters whatever the batch's size.
+            statement = (
+                f"INSERT INTO {table} (registration_id, name, issued, secret) SELECT pk, name, %s, secret "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS row (pk, name, secret)"
+            )
+            params = [now, [pk for pk, _ in tickets], [name for _, name in tickets], secrets_]
+        else:
+            rows = ", ".join(["(%s, %s, %s, %s)"] * len(tickets))
+            statement = f"INSERT INTO {table} (registration_id, name, issued, secret) VALUES {rows}"
+            params = [v for (pk, name), secret in zip(tickets, secrets_, strict=True) for v in (pk, name, now, secret)]
+        if commit:
+            execute_and_commit(statement, params)
+        else:
+            execute(statement, params, fetch=False)
 
 
 class Ticket(models.Model):
@@ -177,11 +186,17 @@ class CompletionManager(models.Manager):
             return set()
         table = self.model._meta.db_table
         now = stored_now()
-        rows = ", ".join(["(%s, %s)"] * len(ids))
+        if vendor() == "postgresql":
+            # One array parameter (unnest keeps the ascending order): psycopg parses the text of
+            # a statement of more than 50 parameters anew on every call (its cache stops there):
+            # ~0.2 ms for a batch's 100 values, ~0.4 ms for its tickets' 200 (issue 43).
+            rows, params = "SELECT unnest(%s::bigint[]), %s", [ids, now]
+        else:
+            rows, params = "VALUES " + ", ".join(["(%s, %s)"] * len(ids)), [v for pk in ids for v in (pk, now)]
         inserted = execute(
-            f"INSERT INTO {table} (registration_id, completed) VALUES {rows} "
+            f"INSERT INTO {table} (registration_id, completed) {rows} "
             "ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id",
-            [value for pk in ids for value in (pk, now)],
+            params,
         )
         return {row[0] for row in inserted}
 

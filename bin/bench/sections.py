@@ -215,14 +215,17 @@ def dbapi_begin() -> str:
     return "BEGIN IMMEDIATE" if connection.vendor == "sqlite" else "BEGIN"
 
 
-def raw_database(*, lean: bool = False):
+def raw_database(*, lean: bool = False, batch: bool = False):
     """A plain DB-API connection (sqlite3, or psycopg on PostgreSQL) and a
     commit(tags_bodies) that writes the keys and tickets for those bodies in
     one transaction, as the worker does: INSERT ... ON CONFLICT DO NOTHING
     RETURNING for the keys, then the tickets of the new ones, one multi-row
-    statement each."""
+    statement each; on PostgreSQL, as the worker there (tickets/models.py),
+    with array parameters, and in batches (batch) the tickets' INSERT sent
+    with the COMMIT (tickets/batch.py)."""
     completion, ticket = (LEAN_COMPLETION, LEAN_TICKET) if lean else ("tickets_completion", "tickets_ticket")
     db, mark, begin = dbapi()
+    pg = connection.vendor == "postgresql"
 
     def commit(tags_bodies):
         now = datetime.now(UTC).replace(tzinfo=None)
@@ -233,21 +236,39 @@ def raw_database(*, lean: bool = False):
         ids = sorted(rows)
         cursor = db.cursor()
         cursor.execute(begin)
+        if pg:
+            keys, values = "SELECT unnest(%s::bigint[]), %s", [ids, now]
+        else:
+            keys, values = "VALUES " + ", ".join([f"({mark}, {mark})"] * len(ids)), [v for pk in ids for v in (pk, now)]
         cursor.execute(
-            f"INSERT INTO {completion} (registration_id, completed) VALUES "
-            + ", ".join([f"({mark}, {mark})"] * len(ids))
-            + " ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id",
-            [value for pk in ids for value in (pk, now)],
+            f"INSERT INTO {completion} (registration_id, completed) {keys} "
+            "ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id",
+            values,
         )
         new = sorted(row[0] for row in cursor.fetchall())
-        if new:
-            if lean:
-                columns, values = "(registration_id, name, issued)", [v for pk in new for v in (pk, rows[pk], now)]
-            else:
-                columns = "(registration_id, name, issued, secret)"
-                values = [v for pk in new for v in (pk, rows[pk], now, secrets.token_urlsafe(32))]
-            per_row = "(" + ", ".join([mark] * (4 if not lean else 3)) + ")"
-            cursor.execute(f"INSERT INTO {ticket} {columns} VALUES " + ", ".join([per_row] * len(new)), values)
+        if not new:
+            cursor.execute("COMMIT")
+            return
+        columns = "(registration_id, name, issued)" if lean else "(registration_id, name, issued, secret)"
+        secrets_ = [] if lean else [secrets.token_urlsafe(32) for _ in new]
+        if pg:
+            arrays = "%s::bigint[], %s::text[]" + ("" if lean else ", %s::text[]")
+            named = "pk, name" + ("" if lean else ", secret")
+            statement = (
+                f"INSERT INTO {ticket} {columns} SELECT pk, name, %s{'' if lean else ', secret'} "
+                f"FROM unnest({arrays}) AS row ({named})"
+            )
+            values = [now, new, [rows[pk] for pk in new], *([] if lean else [secrets_])]
+        else:
+            per_row = "(" + ", ".join([mark] * (3 if lean else 4)) + ")"
+            statement = f"INSERT INTO {ticket} {columns} VALUES " + ", ".join([per_row] * len(new))
+            values = [v for i, pk in enumerate(new) for v in (pk, rows[pk], now, *([] if lean else [secrets_[i]]))]
+        if pg and batch:
+            with db.pipeline():
+                cursor.execute(statement, values)
+                cursor.execute("COMMIT")
+            return
+        cursor.execute(statement, values)
         cursor.execute("COMMIT")
 
     return db, commit
@@ -256,7 +277,7 @@ def raw_database(*, lean: bool = False):
 def raw_consumer(n: int, batch: int, prefetch: int, *, lean: bool = False) -> float:
     """Plain pika + sqlite3 (or psycopg) on the same schema, broker and disk,
     with the prefetch of the worker it is compared with."""
-    db, commit = raw_database(lean=lean)
+    db, commit = raw_database(lean=lean, batch=batch > 1)
     conn = pika.BlockingConnection(amqp.parameters())
     channel = conn.channel()
     channel.basic_qos(prefetch_count=prefetch)

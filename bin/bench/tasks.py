@@ -2,7 +2,9 @@
 (bench/peers/tasks.py), enqueued N times and then drained, on each backend:
 Nightjar's (nightjar_tasks; per delivery and batch, 1 and 2 worker
 processes), django-tasks-db 0.13 (`db_worker --interval 0`, 1 and 2
-processes), Celery 5.7 (acks_late, prefork 2, RabbitMQ) and the raw ceiling
+processes), Celery 5.7 (acks_late, prefork 2, RabbitMQ), on PostgreSQL
+procrastinate 3.10 (its worker, 1 process; its queue is PostgreSQL itself,
+so it has no SQLite leg) and the raw ceiling
 (pika + sqlite3/psycopg: the task claimed, its row written and the task
 marked done in one transaction, acked after the commit; as the ticket pairs'
 ceilings, on the backend's own tables, and lean, on a table of three columns
@@ -59,6 +61,7 @@ CONTENDERS = {
     "dtdb_1proc": ("django-tasks-db 0.13, db_worker --interval 0, 1 process", 1),
     "dtdb_2proc": ("django-tasks-db 0.13, db_worker --interval 0, 2 processes", 2),
     "celery_prefork2": ("Celery 5.7, acks_late, prefork 2 (RabbitMQ)", 2),
+    "procrastinate_1proc": ("procrastinate 3.10, its worker (concurrency 1), 1 process", 1),
     "nightjar_1proc": ("Nightjar tasks, per delivery, 1 process", 1),
     "nightjar_2proc": ("Nightjar tasks, per delivery, 2 processes", 2),
     "nightjar_batch_1proc": ("Nightjar tasks, batch 50, 1 process", 1),
@@ -84,6 +87,8 @@ PAIRS = [
     ("celery_prefork2", "nightjar_2proc", 2.0),
     ("celery_prefork2", "nightjar_batch_2proc", 2.0),
 ]
+# On PostgreSQL only (procrastinate's queue is PostgreSQL): after PAIRS, no target of its own.
+POSTGRES_PAIRS = [("procrastinate_1proc", "nightjar_1proc", None)]
 # The tasks-limit section (issue 39): the time limit's cost per task, the same worker without it
 # as the reference; a ratio near 1 means the alarm costs nothing measurable.
 LIMIT_PAIRS = [
@@ -98,13 +103,16 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def prepare_schema() -> None:
-    """django-tasks-db's tables (its settings: nightjar's plus its app), the
-    task's row table and the raw ceiling's task table."""
-    subprocess.run(
-        [sections.PYTHON, "-m", "django", "migrate", "-v", "0"],
-        env=env(DJANGO_SETTINGS_MODULE="bench.peers.settings_dtdb"),
-        check=True,
-    )
+    """django-tasks-db's tables (its settings: nightjar's plus its app),
+    procrastinate's on PostgreSQL, the task's row table and the raw
+    ceiling's task table."""
+    peers = ["settings_dtdb"] + (["settings_procrastinate"] if connection.vendor == "postgresql" else [])
+    for name in peers:
+        subprocess.run(
+            [sections.PYTHON, "-m", "django", "migrate", "-v", "0"],
+            env=env(DJANGO_SETTINGS_MODULE=f"bench.peers.{name}"),
+            check=True,
+        )
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT" if connection.vendor == "sqlite" else "BIGSERIAL PRIMARY KEY"
     real = "REAL" if connection.vendor == "sqlite" else "DOUBLE PRECISION"
     with connection.cursor() as cursor:
@@ -124,8 +132,8 @@ def reset() -> None:
             for table in tables:
                 cursor.execute(f"DELETE FROM {table}")
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        else:
-            cursor.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+        else:  # (procrastinate_jobs' CASCADE takes its events)
+            cursor.execute(f"TRUNCATE {', '.join([*tables, 'procrastinate_jobs'])} CASCADE")
 
 
 def rows_span() -> tuple[int, float]:
@@ -187,6 +195,11 @@ def peer(key: str, n: int) -> tuple[float, float]:
         command += ["--pool", "prefork", "--concurrency", "2", "--loglevel", "WARNING"]
         command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
         procs = start(command, 1, environment)
+    elif key.startswith("procrastinate"):
+        environment = env(DJANGO_SETTINGS_MODULE="bench.peers.settings_procrastinate")
+        micros = enqueue(n - 1, environment, "--procrastinate")
+        command = [sections.PYTHON, "-m", "django", "procrastinate", "worker"]
+        procs = start([*command, "--concurrency", "1"], processes, environment)
     else:  # Nightjar's backend: nightjar.settings as shipped, its worker on the tasks channel
         environment = env()
         micros = enqueue(n - 1, environment)
@@ -395,9 +408,11 @@ def bench_tasks(n: int, quick: bool, *, pairs: list | None = None) -> None:
     where = "SQLite" if connection.vendor == "sqlite" else "PostgreSQL"
     library = "sqlite3" if connection.vendor == "sqlite" else "psycopg"
     prepare_schema()
+    if pairs is None:
+        pairs = PAIRS + (POSTGRES_PAIRS if connection.vendor == "postgresql" else [])
     # Without nightjar_tasks: the peers and the lean ceilings alone (the others write to its tables).
-    alone = dict.fromkeys(r for r, _, _ in PAIRS if "lean" in r or not r.startswith("raw"))
-    pairs = (pairs or PAIRS) if NIGHTJAR else [(reference, None, None) for reference in alone]
+    alone = dict.fromkeys(r for r, _, _ in pairs if "lean" in r or not r.startswith("raw"))
+    pairs = pairs if NIGHTJAR else [(reference, None, None) for reference in alone]
     if not NIGHTJAR:
         say("  (nightjar_tasks is not installed: the peers alone, no pairs)")
     say(

@@ -1,6 +1,8 @@
-"""`python -m bench.peers enqueue N [--celery]`: enqueue N trivial tasks
-with this process's backend (Django's TASKS, or Celery with --celery), one
-call each outside any transaction, as an application would; prints
+"""`python -m bench.peers enqueue N [--celery | --procrastinate]`: enqueue N
+trivial tasks with this process's backend (Django's TASKS, Celery with
+--celery, procrastinate's defer() with --procrastinate, under
+bench.peers.settings_procrastinate), one call each outside any transaction,
+as an application would; prints
 {"seconds": ...} (the N calls, not the start-up) as JSON.
 
 `python -m bench.peers worker-without-time-limit worker ARGS...`: `manage.py
@@ -34,12 +36,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peers")
     parser.add_argument("action", choices=["enqueue"])
     parser.add_argument("n", type=int)
-    parser.add_argument("--celery", action="store_true")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--celery", action="store_true")
+    kind.add_argument("--procrastinate", action="store_true")
     args = parser.parse_args()
     if args.celery:
         from bench.peers.celery_app import write_row
 
         call = write_row.delay
+    elif args.procrastinate:
+        import django
+
+        django.setup()
+        from bench.peers.procrastinate_tasks import write_row
+
+        def call(n: int) -> None:
+            write_row.defer(n=n)  # (procrastinate's arguments are keywords)
     else:
         import django
 
