@@ -557,3 +557,24 @@ def test_the_transports_threads_never_take_the_worker_s_signals():
     assert not transport.WORKER_SIGNALS & signals.pthread_sigmask(
         signals.SIG_BLOCK, set()
     )  # the main thread's unchanged
+
+
+@pytest.mark.fast
+def test_on_postgresql_a_batchs_completion_keys_are_one_statement_text_whatever_its_size():
+    """A tasks batch's completion keys go as one array: one statement text
+    for batches of any size, prepared once per connection (a multi-row VALUES
+    of 100 parameters had psycopg parse its text anew on every batch)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("arrays and prepared statements are PostgreSQL's; bin/test runs the fast tier on PostgreSQL too")
+    ids = [TaskRecord.objects.create(task_path="tests.task_functions.add").pk for _ in range(21)]
+    start = 0
+    for size in range(1, 7):  # six batches of six sizes: 21 tasks
+        batch = ids[start : start + size]
+        start += size
+        assert marks.insert_keys(batch) == set(batch)
+    assert marks.insert_keys(ids[:3] + ids[:3]) == set()  # the keys are there (and repeated): nothing new
+    assert sorted(TaskCompletion.objects.values_list("task_id", flat=True)) == sorted(ids)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("INSERT INTO nightjar_tasks_taskcompletion" in statement for statement in prepared), prepared
