@@ -24,6 +24,7 @@ makes is proven against the real broker — the in-memory transport proves none.
 """
 
 import contextlib
+import gc
 import os
 import queue
 import signal
@@ -245,6 +246,7 @@ def test_settings(settings, request, monkeypatch):
     transport.reset()
     yield settings
     transport.reset()
+    gc.unfreeze()  # a worker run in this process froze what existed (nightjar_worker): the next test collects all
 
 
 def database_url() -> str:
