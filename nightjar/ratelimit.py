@@ -36,7 +36,7 @@ def _statements(alias: str) -> tuple[str, str]:
         f"ON CONFLICT ({key}, {minute}) DO UPDATE SET {count_} = {table}.{count_} + excluded.{count_} "
         f"RETURNING {count_}"
     )
-    # At most SWEPT rows (the oldest are met first): a minute of 20,000 client
+    # At most SWEPT of them (any: no ORDER BY, a sweep needs none): a minute of 20,000 client
     # addresses deleted at once held one guest's request and the write lock
     # for ~27 ms on SQLite (issue 43).
     pk = quote(RateCount._meta.pk.column)
