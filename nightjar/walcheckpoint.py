@@ -52,14 +52,27 @@ class Checkpointer(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
+        failures = 0
         while not self.stopping.wait(self.interval):
             try:
                 last = self.checkpoint()
             except Exception:
-                # A locked or missing file now is no reason to stop for good; the next second tries again.
-                logger.exception("The WAL checkpoint of database %r failed", self.alias)
+                # A locked or missing file now is no reason to stop for good; the next second
+                # tries again. Said once, with its traceback, and again when it works: a web
+                # process tries every second for as long as the site runs.
+                if not failures:
+                    logger.exception(
+                        "The WAL checkpoint of database %r failed; retrying every %g s", self.alias, self.interval
+                    )
+                failures += 1
                 connections[self.alias].close()
                 last = None
+            else:
+                if failures:
+                    logger.info(
+                        "The WAL checkpoint of database %r works again after %d failed tries", self.alias, failures
+                    )
+                failures = 0
             with self.passed:
                 self.last = last
                 self.passes += 1

@@ -67,3 +67,39 @@ def test_on_postgresql_nothing_is_started():
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL checkpoints in its own processes")
     assert walcheckpoint.checkpoint_in_background() == []
+
+
+def test_a_failing_checkpoint_is_logged_once_then_its_recovery_not_every_second(monkeypatch, caplog):
+    """A web process's thread tries every second for as long as the site
+    runs: a database file that stays locked or unreadable for an hour must
+    not write 3,600 tracebacks (it once did), and the log must say when it
+    works again."""
+    thread = walcheckpoint.Checkpointer("default", interval=0.005)
+    failing = True
+
+    def checkpoint():
+        if failing:
+            raise OSError("disk I/O error")
+        return (0, 0, 0)
+
+    monkeypatch.setattr(thread, "checkpoint", checkpoint)
+    caplog.set_level("INFO", logger="nightjar.walcheckpoint")
+
+    def passes(count: int) -> None:
+        with thread.passed:
+            target = thread.passes + count
+            assert thread.passed.wait_for(lambda: thread.passes >= target, timeout=30)
+
+    thread.start()
+    try:
+        passes(30)
+        failed = [record for record in caplog.records if record.levelname == "ERROR"]
+        assert len(failed) == 1 and failed[0].exc_info is not None  # the first failure, with its traceback
+        assert "retrying every" in failed[0].getMessage()
+        failing = False
+        passes(5)
+    finally:
+        thread.stop()
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2, messages
+    assert messages[1].startswith("The WAL checkpoint of database 'default' works again after")
