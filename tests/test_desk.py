@@ -261,6 +261,28 @@ def test_a_database_error_asking_for_the_latency_costs_the_observation_never_the
     assert worker.connections_suspect  # the connection is checked before the next delivery
 
 
+@pytest.mark.fast
+def test_a_health_file_that_cannot_be_touched_is_said_once_and_again_when_it_can(tmp_path, settings, caplog):
+    """The loop touches it every second while it runs: a folder gone for a
+    day must not write 86,400 warnings, and the log says when it works again."""
+    settings.NIGHTJAR_WORKER_REPORT_SECONDS = 0  # the beat's other job, the report row, is not this test's
+    folder = tmp_path / "run"
+    worker = Worker(handler=handle, stdout=io.StringIO(), health_file=str(folder / "healthy"))
+    caplog.set_level("INFO", logger="nightjar_delivery.worker")
+    for _ in range(30):  # thirty seconds of the loop (each beat a second after the one before)
+        worker.last_beat -= 1.0
+        worker.beat()
+    assert [record.levelname for record in caplog.records] == ["WARNING"]
+    assert "healthy" in caplog.records[0].getMessage()
+    folder.mkdir()
+    for _ in range(3):
+        worker.last_beat -= 1.0
+        worker.beat()
+    assert (folder / "healthy").exists()
+    assert [record.levelname for record in caplog.records] == ["WARNING", "INFO"]
+    assert "works again" in caplog.records[1].getMessage()
+
+
 @pytest.mark.system
 def test_gunicorn_adds_up_its_processes_metrics_and_logs_json_lines(worker_env):
     env = {

@@ -87,6 +87,7 @@ class Worker(Screening, Handling, Failures, Reporting):
         self.started = timezone.now()
         self.health_file = Path(health_file) if health_file else None
         self.last_beat = 0.0
+        self.health_failures = 0  # touches failed in a row (said once)
         self.last_report = 0.0
         self.reports_as_service = False
         self.runs = "one delivery"  # what the report calls a run that is not a service: drain() says "drain"

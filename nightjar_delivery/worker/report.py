@@ -12,9 +12,9 @@ logger = logging.getLogger("nightjar_delivery.worker")  # the name its log lines
 
 
 class Reporting:
-    """A Worker's reports. Keeps last_beat and last_report; reports what the
-    loop set (started, runs, reports_as_service, health_file) and the counts
-    the other parts keep."""
+    """A Worker's reports. Keeps last_beat, health_failures and last_report;
+    reports what the loop set (started, runs, reports_as_service,
+    health_file) and the counts the other parts keep."""
 
     def made_since(self, key: int, since) -> bool:
         """Whether this intent's outcome was written since then, for the
@@ -52,7 +52,14 @@ class Reporting:
         try:
             self.health_file.touch()
         except OSError as error:
-            logger.warning("Could not touch the health file %s: %s", self.health_file, error)
+            # Said once, and again when it works: the loop tries every second.
+            if not self.health_failures:
+                logger.warning("Could not touch the health file %s: %s; trying every second", self.health_file, error)
+            self.health_failures += 1
+            return
+        if self.health_failures:
+            logger.info("The health file %s works again after %d failed tries", self.health_file, self.health_failures)
+            self.health_failures = 0
 
     def mode(self) -> str:
         words = ["serve" if self.reports_as_service else self.runs]
