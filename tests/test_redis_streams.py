@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import redis
 
 from devtools.ports import free_port
 from nightjar_delivery import transport
@@ -230,3 +231,38 @@ def test_a_consumer_reading_ahead_holds_no_more_than_its_prefetch_and_acks_only_
     assert [int(body) for body, _ in seen] == list(range(12))
     assert [int(body) for body, again in seen if again] == [5, 6, 7, 8]  # from the own pending list, once each
     assert pending() == []
+
+
+def test_a_read_ahead_whose_send_broke_midway_hands_out_what_it_may_have_read_at_once(redis_server, monkeypatch):
+    """The read-ahead's write reached the server (its XREADGROUP made two
+    entries pending here) and then the connection broke: those entries are
+    this consumer's own pending ones, read next, not left for a claim a
+    minute later."""
+    queue = transport.queue_name()
+    for n in range(8):
+        transport.publish(f"{n}".encode(), message_id=f"m{n}", queue=queue)
+    consumer = redis_streams.Consumer(prefetch=4, queue=queue)
+    send = redis.connection.AbstractConnection.send_packed_command
+    armed = []
+
+    def sent_then_broke(connection, command, check_health=True):
+        send(connection, command, check_health)
+        if armed:
+            armed.clear()
+            raise redis.exceptions.ConnectionError("Connection lost after the write")
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", sent_then_broke)
+    seen = []
+    try:
+        for delivery in consumer.consume(idle_seconds=0.2):
+            if delivery is None:
+                break
+            seen.append((int(delivery.body), delivery.redelivered))
+            if delivery.body == b"1":
+                armed.append(True)  # this ack starts the read-ahead (two left of four)
+            consumer.ack(delivery.tag, flush=False)
+    finally:
+        consumer.close()
+    assert not armed  # the read-ahead was sent, and broke
+    assert sorted(body for body, _ in seen) == list(range(8))  # each once, none waiting for a claim
+    assert redis_server.cli("XPENDING", queue, "nightjar", "-", "+", "100") == ""

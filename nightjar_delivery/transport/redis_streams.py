@@ -272,8 +272,9 @@ class Consumer:
     def _read_ahead(self) -> None:
         """Send the deferred XACKs and the next XREADGROUP (no BLOCK: an empty
         stream answers at once) without waiting for the reply; the lock is
-        held. A send that fails leaves the acks deferred: the next call
-        reconnects, sends them, and reports a broker that is gone."""
+        held. A send that fails leaves the acks deferred and the own pending
+        list to read first: the next call reconnects, sends them, reads what
+        the broken write may have taken, and reports a broker that is gone."""
         count = self.prefetch - len(self._buffer)  # what is held stays within the prefetch
         pipe = self._client.pipeline(transaction=False)
         acks = self._deferred
@@ -291,6 +292,8 @@ class Consumer:
         except redis.exceptions.RedisError:
             connection.disconnect()
             pool.release(connection)
+            # The write may have reached the server: what its read took is pending here, unseen.
+            self._read_own_pending = True
             return
         self._ahead, self._deferred = (connection, commands, acks), []
 
