@@ -4,6 +4,7 @@ is proven with real brokers and killed worker processes in
 tests/test_tasks_broker.py."""
 
 import io
+import logging
 import signal as signals
 from datetime import UTC, timedelta
 
@@ -19,8 +20,9 @@ from hypothesis import strategies as st
 from nightjar_delivery import channel, sql, transport
 from nightjar_delivery import reconcile as engine
 from nightjar_delivery.worker import Worker
-from nightjar_tasks import marks, messages, publishing, rows, runner
-from nightjar_tasks.backend import NightjarBackend
+from nightjar_tasks import attempts, marks, messages, publishing, rows, runner
+from nightjar_tasks import backend as backends
+from nightjar_tasks.backend import NightjarBackend, to_result
 from nightjar_tasks.channel import TasksChannel
 from nightjar_tasks.compat import (
     InvalidTaskError,
@@ -29,6 +31,7 @@ from nightjar_tasks.compat import (
     task_enqueued,
     task_finished,
     task_started,
+    tasks_logger,
 )
 from nightjar_tasks.models import TaskCompletion, TaskFailure, TaskParked, TaskRecord, TaskRejectedMessage
 from tests import task_functions as tasks
@@ -194,6 +197,54 @@ def test_the_three_signals_and_task_finished_inside_the_except():
         ("finished", TaskResultStatus.SUCCESSFUL, None),
     ]
     assert seen[-1] == ("finished", TaskResultStatus.READY, RuntimeError)  # failed, to be retried
+
+
+@pytest.mark.parametrize("batch", [None, 10])
+def test_no_task_result_is_built_when_only_the_frameworks_log_line_listens_and_it_is_off(monkeypatch, caplog, batch):
+    # (issue 43: to_result, the two sends and finished() were ~12 µs of a batch's ~65 µs a task)
+    tasks.add.enqueue(1, 2), tasks.insert_row.enqueue("quiet")
+    built = []
+    monkeypatch.setattr(backends, "to_result", lambda *args: built.append(args) or to_result(*args))
+    # (Off with settings.py's root logger at WARNING on Django 5.2; Django 6's own LOGGING puts "django" at INFO.)
+    caplog.set_level(logging.WARNING, logger=tasks_logger.name)
+    drain(batch=batch)
+    assert built == []
+    assert sorted(TaskRecord.objects.values_list("status", "return_value"), key=str) == [
+        (TaskResultStatus.SUCCESSFUL, "quiet"),
+        (TaskResultStatus.SUCCESSFUL, 3),
+    ]
+
+
+@pytest.mark.parametrize("batch", [None, 10])
+def test_the_frameworks_log_lines_are_written_when_its_logger_is_on(caplog, batch):
+    result = tasks.add.enqueue(1, 2)
+    caplog.set_level(logging.INFO, logger=tasks_logger.name)
+    drain(batch=batch)
+    lines = [record.getMessage() for record in caplog.records if record.name == tasks_logger.name]
+    assert lines == [
+        f"Task id={result.id} path={tasks.add.module_path} state={TaskResultStatus.RUNNING}",
+        f"Task id={result.id} path={tasks.add.module_path} state={TaskResultStatus.SUCCESSFUL}",
+    ]
+
+
+def test_a_receiver_connected_during_the_body_hears_task_finished_with_the_done_row(caplog):
+    result = tasks.add.enqueue(2, 5)
+    caplog.set_level(logging.WARNING, logger=tasks_logger.name)
+    assert not (attempts.heard(task_started) or attempts.heard(task_finished))
+    record = TaskRecord.objects.get()
+    task = attempts.imported(record.task_path)
+    assert attempts.running(record, task, timezone.now(), "me") is None  # no one would see it
+    assert attempts.finished(None, record, task) is None
+    seen = []
+    receiver = lambda sender, task_result, **kwargs: seen.append(task_result)  # noqa: E731
+    task_finished.connect(receiver)
+    try:
+        assert attempts.heard(task_finished) and not attempts.heard(task_started)
+        marks.as_done(record, 7, record.started_at)
+        done = attempts.finished(None, record, task)
+    finally:
+        task_finished.disconnect(receiver)
+    assert (done.id, done.status, done.return_value, done.worker_ids) == (result.id, "SUCCESSFUL", 7, ["me"])
 
 
 def test_a_task_that_opts_out_says_so_in_its_row():
