@@ -57,8 +57,9 @@ def running(record: TaskRecord, task, started, me: str):
     return None
 
 
-_OWN = {compat.task_started: compat.log_task_started, compat.task_finished: compat.log_task_finished}
-_ANY_SENDER = id(None)  # (the sender part of a receiver's key when it listens to every sender)
+# Each signal's receiver key (Django's: the receiver's id, the sender's; id(None): any sender) of that log line.
+_OWN = {compat.task_started: (id(compat.log_task_started), id(None))}
+_OWN[compat.task_finished] = (id(compat.log_task_finished), id(None))
 
 
 def heard(signal) -> bool:
@@ -72,10 +73,10 @@ def heard(signal) -> bool:
     on Django 6 Django's own logging puts "django" at INFO, so "django.tasks"
     is on unless LOGGING says otherwise. A failure's task_finished is always
     sent."""
-    keys = [entry[0] for entry in signal.receivers]  # (its lookup key first, in Django 5.2 and 6.x)
-    if not keys:
+    receivers = signal.receivers  # [(its key, ...)], in Django 5.2 and 6.x
+    if not receivers:
         return False
-    return keys != [(id(_OWN[signal]), _ANY_SENDER)] or compat.tasks_logger.isEnabledFor(logging.INFO)
+    return len(receivers) > 1 or receivers[0][0] != _OWN[signal] or compat.tasks_logger.isEnabledFor(logging.INFO)
 
 
 _chosen: dict[tuple, float] = {}
