@@ -217,6 +217,15 @@ def test_no_task_result_is_built_when_only_the_frameworks_log_line_listens_and_i
 
 
 @pytest.mark.parametrize("batch", [None, 10])
+def test_a_body_that_takes_its_context_gets_its_task_result_when_no_signal_is_heard(caplog, batch):
+    caplog.set_level(logging.WARNING, logger=tasks_logger.name)
+    result = tasks.own_result.enqueue("mine")
+    drain(batch=batch)
+    result.refresh()
+    assert result.return_value == ["mine", result.id, TaskResultStatus.RUNNING, 1, ["mine"]]
+
+
+@pytest.mark.parametrize("batch", [None, 10])
 def test_the_frameworks_log_lines_are_written_when_its_logger_is_on(caplog, batch):
     result = tasks.add.enqueue(1, 2)
     caplog.set_level(logging.INFO, logger=tasks_logger.name)
