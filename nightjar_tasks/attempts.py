@@ -5,6 +5,7 @@ recorded after the rollback, or the task_finished result of a task done."""
 
 import dataclasses
 import functools
+import logging
 import os
 import socket
 from datetime import timedelta
@@ -17,7 +18,7 @@ from django.utils.module_loading import import_string
 
 from nightjar_delivery.codec import storable_text
 from nightjar_tasks import backend as backends
-from nightjar_tasks import limits
+from nightjar_tasks import compat, limits
 from nightjar_tasks.compat import TaskContext, TaskResultStatus, get_exception_traceback, get_module_path
 from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord
 
@@ -45,12 +46,37 @@ def imported(path: str):
 
 
 def running(record: TaskRecord, task, started, me: str):
-    """The TaskResult of the row as running now (the row itself is written
-    only by the done-mark or the failure)."""
+    """The row as running now (written only by the done-mark or the
+    failure), and its TaskResult; None when no one would see one (a body
+    without context, and task_started and task_finished not heard)."""
     record.status, record.last_attempted_at = TaskResultStatus.RUNNING, started
     record.started_at = record.started_at or started
     record.worker_ids = [*record.worker_ids, me]
-    return backends.to_result(record, task)
+    if task.takes_context or heard(compat.task_started) or heard(compat.task_finished):
+        return backends.to_result(record, task)
+    return None
+
+
+# Each signal's receiver key (Django's: the receiver's id, the sender's; id(None): any sender) of that log line.
+_OWN = {compat.task_started: (id(compat.log_task_started), id(None))}
+_OWN[compat.task_finished] = (id(compat.log_task_finished), id(None))
+
+
+def heard(signal) -> bool:
+    """Whether sending task_started or a done task's task_finished would do
+    anything: a receiver besides the Tasks framework's own log line, or that
+    line's logger writing INFO (a done task's level). Sent only then, so a
+    worker whose only listener is that log line, off, builds no TaskResult a
+    task (to_result, the two sends and finished(): ~12 µs of a batch's ~65
+    µs a task on SQLite, issue 43). Off by default on Django 5.2 (the
+    backport's "django_tasks" logger under settings.py's root at WARNING);
+    on Django 6 Django's own logging puts "django" at INFO, so "django.tasks"
+    is on unless LOGGING says otherwise. A failure's task_finished is always
+    sent."""
+    receivers = signal.receivers  # [(its key, ...)], in Django 5.2 and 6.x
+    if not receivers:
+        return False
+    return len(receivers) > 1 or receivers[0][0] != _OWN[signal] or compat.tasks_logger.isEnabledFor(logging.INFO)
 
 
 _chosen: dict[tuple, float] = {}
@@ -75,8 +101,9 @@ def seconds_for(task, backend: str, *, atomic: bool, alias: str) -> float:
 
 
 def call(task, result, record: TaskRecord, alias: str, seconds: float | None = None):
-    """The body, within its time limit (seconds: a shorter one, a batch's rest)."""
-    args, kwargs = result.args, result.kwargs
+    """The body, within its time limit (seconds: a shorter one, a batch's
+    rest); result: running()'s, None for a body without context."""
+    args, kwargs = (record.args, record.kwargs) if result is None else (result.args, result.kwargs)
     # (limits.Limit looked up per call: bench/peers runs the worker with it disarmed)
     with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
         if task.takes_context:
@@ -130,9 +157,13 @@ def _result_fields(kind) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(kind))
 
 
-def finished(result, record: TaskRecord):
-    """The task_finished result of a task done now: its task_started result
-    with the done values (no second task.using(), issue 25)."""
+def finished(result, record: TaskRecord, task):
+    """The task_finished result of a task done now, None when no one would
+    see it: its task_started result with the done values (no second
+    task.using(), issue 25), or when running() made none and task_finished
+    is heard now (a receiver connected since), the done row's."""
+    if result is None:
+        return backends.to_result(record, task) if heard(compat.task_finished) else None
     # (Not dataclasses.replace: its args were normalized once already; not copy.copy, which
     # takes ~13 µs through __reduce_ex__ for the backport's slotted dataclass, issue 25.)
     done = object.__new__(type(result))

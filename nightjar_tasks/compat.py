@@ -14,7 +14,8 @@ try:  # Django 6.x
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
     from django.tasks.exceptions import TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
+    from django.tasks.signals import logger as tasks_logger
     from django.utils.json import normalize_json
 
     BACKPORT = False
@@ -23,7 +24,8 @@ except ImportError:  # the backport
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import TaskError
     from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
+    from django_tasks.signals import logger as tasks_logger
     from django_tasks.utils import normalize_json
 
     BACKPORT = True
@@ -50,10 +52,13 @@ __all__ = [
     "TaskResultStatus",
     "get_exception_traceback",
     "get_module_path",
+    "log_task_finished",
+    "log_task_started",
     "normalize_json",
     "task",
     "task_backends",
     "task_enqueued",
     "task_finished",
     "task_started",
+    "tasks_logger",
 ]

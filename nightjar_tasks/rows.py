@@ -134,14 +134,14 @@ def _plain() -> bool:
     return not (pre_init.has_listeners(TaskRecord) or post_init.has_listeners(TaskRecord))
 
 
-def record(connection, row, plain: bool = False) -> TaskRecord:
+def record(connection, row, plain: bool | None = None) -> TaskRecord:
     """The TaskRecord of a row of FIELDS, each value converted as the ORM
-    would; plain (_plain() said so): made as Model.from_db makes it, without
-    its __init__ (~8 µs a row, issue 25)."""
+    would; plain (_plain() said so; asked when not given): made as
+    Model.from_db makes it, without its __init__ (~8 µs a row, issue 25)."""
     values = list(row)
     for index, (column, chain, one) in select(connection.alias).converters.items():
         values[index] = one(values[index]) if one else _converted(connection, values[index], column, chain)
-    if not plain:
+    if not (_plain() if plain is None else plain):
         return TaskRecord.from_db(connection.alias, _ATTNAMES, values)
     made = object.__new__(TaskRecord)
     made._state = state = ModelState()

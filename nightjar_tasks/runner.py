@@ -14,7 +14,9 @@ worker id, attempts) and the task retried after its backoff (reconcile
 publishes it when due), or, at its limit, FAILED and parked for staff.
 
 The signals go out with send_robust: a receiver that raises is logged by
-Django and never turns a committed (maybe acked) task into a failure.
+Django and never turns a committed (maybe acked) task into a failure; and a
+done task's only when heard (attempts.heard: a receiver besides the Tasks
+framework's own log line, or that line on), else no TaskResult is built.
 
 Beside it: rows.py reads the task's row (the ORM's get() and in_bulk()
 without the query compiler), marks.py writes the completion key and the
@@ -59,7 +61,8 @@ def handle(message, ack, pause=None):
             if owned:
                 task = attempts.imported(record.task_path)
                 result = attempts.running(record, task, started, me)
-                task_started.send_robust(SENDER, task_result=result)
+                if result is not None:
+                    task_started.send_robust(SENDER, task_result=result)
                 value = normalize_json(attempts.call(task, result, record, db.alias))
                 sql.refuse_marked_for_rollback(db.alias)  # (a caught database error: nothing would commit)
                 checkpoint(pause, "inside-transaction")
@@ -69,7 +72,8 @@ def handle(message, ack, pause=None):
             task = attempts.imported(record.task_path)
             result = attempts.running(record, task, started, me)
             if not TaskCompletion.objects.filter(task_id=record.pk).exists():
-                task_started.send_robust(SENDER, task_result=result)
+                if result is not None:
+                    task_started.send_robust(SENDER, task_result=result)
                 value = normalize_json(attempts.call(task, result, record, db.alias))
                 checkpoint(pause, "inside-transaction")
                 with transaction.atomic(using=db.alias):
@@ -91,8 +95,8 @@ def handle(message, ack, pause=None):
         return
     checkpoint(pause, "after-commit")
     ack()
-    if done:
-        task_finished.send_robust(SENDER, task_result=attempts.finished(result, record))
+    if done and (result := attempts.finished(result, record, task)) is not None:
+        task_finished.send_robust(SENDER, task_result=result)
 
 
 def handle_batch(
@@ -179,7 +183,8 @@ def handle_batch(
             cut = left is not None and left < own  # stopped by the batch's budget, not its own limit
             try:
                 with each:
-                    task_started.send_robust(SENDER, task_result=result)
+                    if result is not None:
+                        task_started.send_robust(SENDER, task_result=result)
                     value = normalize_json(attempts.call(task, result, record, alias, left if cut else None))
             except BaseException as error:
                 if not limits.own_failure(error):
@@ -193,7 +198,7 @@ def handle_batch(
                 continue
             marks.as_done(record, value, started)
             done.append(record)
-            results.append(result)
+            results.append((result, task))
         each.close()
         if put_back:  # READY, never published: reconcile publishes them at its next pass
             TaskRecord.objects.filter(pk__in=put_back).update(published_at=None)
@@ -201,6 +206,7 @@ def handle_batch(
         checkpoint(pause, "inside-transaction")
     checkpoint(pause, "after-commit")
     ack_all()
-    for record, result in zip(done, results, strict=True):
-        task_finished.send_robust(SENDER, task_result=attempts.finished(result, record))
+    for record, (result, task) in zip(done, results, strict=True):
+        if (result := attempts.finished(result, record, task)) is not None:
+            task_finished.send_robust(SENDER, task_result=result)
     return [record.pk for record in done]

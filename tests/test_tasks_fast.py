@@ -4,6 +4,7 @@ is proven with real brokers and killed worker processes in
 tests/test_tasks_broker.py."""
 
 import io
+import logging
 import signal as signals
 from datetime import UTC, timedelta
 
@@ -12,6 +13,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
+from django.db.models.signals import post_init
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,8 +21,9 @@ from hypothesis import strategies as st
 from nightjar_delivery import channel, sql, transport
 from nightjar_delivery import reconcile as engine
 from nightjar_delivery.worker import Worker
-from nightjar_tasks import marks, messages, publishing, rows, runner
-from nightjar_tasks.backend import NightjarBackend
+from nightjar_tasks import attempts, marks, messages, publishing, rows, runner
+from nightjar_tasks import backend as backends
+from nightjar_tasks.backend import NightjarBackend, to_result
 from nightjar_tasks.channel import TasksChannel
 from nightjar_tasks.compat import (
     InvalidTaskError,
@@ -29,6 +32,7 @@ from nightjar_tasks.compat import (
     task_enqueued,
     task_finished,
     task_started,
+    tasks_logger,
 )
 from nightjar_tasks.models import TaskCompletion, TaskFailure, TaskParked, TaskRecord, TaskRejectedMessage
 from tests import task_functions as tasks
@@ -194,6 +198,63 @@ def test_the_three_signals_and_task_finished_inside_the_except():
         ("finished", TaskResultStatus.SUCCESSFUL, None),
     ]
     assert seen[-1] == ("finished", TaskResultStatus.READY, RuntimeError)  # failed, to be retried
+
+
+@pytest.mark.parametrize("batch", [None, 10])
+def test_no_task_result_is_built_when_only_the_frameworks_log_line_listens_and_it_is_off(monkeypatch, caplog, batch):
+    # (issue 43: to_result, the two sends and finished() were ~12 µs of a batch's ~65 µs a task)
+    tasks.add.enqueue(1, 2), tasks.insert_row.enqueue("quiet")
+    built = []
+    monkeypatch.setattr(backends, "to_result", lambda *args: built.append(args) or to_result(*args))
+    # (Off with settings.py's root logger at WARNING on Django 5.2; Django 6's own LOGGING puts "django" at INFO.)
+    caplog.set_level(logging.WARNING, logger=tasks_logger.name)
+    drain(batch=batch)
+    assert built == []
+    assert sorted(TaskRecord.objects.values_list("status", "return_value"), key=str) == [
+        (TaskResultStatus.SUCCESSFUL, "quiet"),
+        (TaskResultStatus.SUCCESSFUL, 3),
+    ]
+
+
+@pytest.mark.parametrize("batch", [None, 10])
+def test_a_body_that_takes_its_context_gets_its_task_result_when_no_signal_is_heard(caplog, batch):
+    caplog.set_level(logging.WARNING, logger=tasks_logger.name)
+    result = tasks.own_result.enqueue("mine")
+    drain(batch=batch)
+    result.refresh()
+    assert result.return_value == ["mine", result.id, TaskResultStatus.RUNNING, 1, ["mine"]]
+
+
+@pytest.mark.parametrize("batch", [None, 10])
+def test_the_frameworks_log_lines_are_written_when_its_logger_is_on(caplog, batch):
+    result = tasks.add.enqueue(1, 2)
+    caplog.set_level(logging.INFO, logger=tasks_logger.name)
+    drain(batch=batch)
+    lines = [record.getMessage() for record in caplog.records if record.name == tasks_logger.name]
+    assert lines == [
+        f"Task id={result.id} path={tasks.add.module_path} state={TaskResultStatus.RUNNING}",
+        f"Task id={result.id} path={tasks.add.module_path} state={TaskResultStatus.SUCCESSFUL}",
+    ]
+
+
+def test_a_receiver_connected_during_the_body_hears_task_finished_with_the_done_row(caplog):
+    result = tasks.add.enqueue(2, 5)
+    caplog.set_level(logging.WARNING, logger=tasks_logger.name)
+    assert not (attempts.heard(task_started) or attempts.heard(task_finished))
+    record = TaskRecord.objects.get()
+    task = attempts.imported(record.task_path)
+    assert attempts.running(record, task, timezone.now(), "me") is None  # no one would see it
+    assert attempts.finished(None, record, task) is None
+    seen = []
+    receiver = lambda sender, task_result, **kwargs: seen.append(task_result)  # noqa: E731
+    task_finished.connect(receiver)
+    try:
+        assert attempts.heard(task_finished) and not attempts.heard(task_started)
+        marks.as_done(record, 7, record.started_at)
+        done = attempts.finished(None, record, task)
+    finally:
+        task_finished.disconnect(receiver)
+    assert (done.id, done.status, done.return_value, done.worker_ids) == (result.id, "SUCCESSFUL", 7, ["me"])
 
 
 def test_a_task_that_opts_out_says_so_in_its_row():
@@ -578,3 +639,54 @@ def test_on_postgresql_a_batchs_completion_keys_are_one_statement_text_whatever_
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
     assert any("INSERT INTO nightjar_tasks_taskcompletion" in statement for statement in prepared), prepared
+
+
+@pytest.mark.fast
+def test_sql_execute_returns_rows_without_psycopgs_description(monkeypatch):
+    """sql.execute says whether a statement returned rows without making the
+    cursor's description: psycopg builds a Column object per column (~15 µs
+    for the claim's row, every task on PostgreSQL, issue 43)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("psycopg's description; bin/test runs the fast tier on PostgreSQL too")
+    import psycopg
+
+    def refused(cursor):
+        raise AssertionError("description made")
+
+    monkeypatch.setattr(psycopg.Cursor, "description", property(refused))
+    pk = TaskRecord.objects.create(task_path="tests.task_functions.add").pk
+    table = TaskRecord._meta.db_table
+    assert sql.execute(f"SELECT id, status FROM {table} WHERE id = %s", [pk]) == [(pk, "READY")]
+    assert sql.execute(f"SELECT id FROM {table} WHERE id = %s", [pk + 1]) == []
+    assert sql.execute(f"UPDATE {table} SET attempts = attempts + 1 WHERE id = %s", [pk]) == []
+    assert sql.execute(f"UPDATE {table} SET attempts = 5 WHERE id = %s RETURNING attempts", [pk]) == [(5,)]
+
+
+@pytest.mark.fast
+def test_the_claim_makes_the_record_without_its_init_unless_an_init_signal_listens(monkeypatch):
+    """marks.claim's record (PostgreSQL: the claim's row; SQLite: rows.read)
+    is made as Model.from_db makes it, without __init__ (~8 µs a task), when
+    no receiver of pre_init/post_init would miss it; else through from_db."""
+    pk = tasks.add.enqueue(1, 2).id
+    expected = TaskRecord.objects.get(pk=pk)
+
+    def refused(self, *args, **kwargs):
+        raise AssertionError("__init__ run")
+
+    with monkeypatch.context() as patched, transaction.atomic():
+        patched.setattr(TaskRecord, "__init__", refused)
+        record, owned = marks.claim(connection, int(pk))
+        transaction.set_rollback(True)
+    assert owned and [getattr(record, f.attname) for f in rows.FIELDS] == [
+        getattr(expected, f.attname) for f in rows.FIELDS
+    ]
+    seen = []
+    receiver = lambda sender, instance, **kwargs: seen.append(instance.pk)  # noqa: E731
+    post_init.connect(receiver, sender=TaskRecord)
+    try:
+        with transaction.atomic():
+            record, owned = marks.claim(connection, int(pk))
+            transaction.set_rollback(True)
+    finally:
+        post_init.disconnect(receiver, sender=TaskRecord)
+    assert owned and seen == [record.pk]
