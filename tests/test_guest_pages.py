@@ -145,7 +145,9 @@ def test_a_registration_is_stored_by_one_plain_insert_with_the_row_save_would_wr
     inserts = [query["sql"] for query in through_django.captured_queries if query["sql"].startswith("INSERT")]
     assert not [sql for sql in inserts if Registration._meta.db_table in sql]
     stored = Registration.objects.values().get(pk=registration.pk)
-    assert stored == {field.attname: getattr(registration, field.attname) for field in Registration._meta.concrete_fields}
+    assert stored == {
+        field.attname: getattr(registration, field.attname) for field in Registration._meta.concrete_fields
+    }
     assert (stored["name"], stored["seat"], len(stored["secret"])) == ("Grace Hopper", "confirmed", 43)
     # A saved instance: a later save() updates the row it made.
     registration.name = "Grace B. Hopper"
