@@ -7,13 +7,16 @@ few sync workers per core serve them well. Override with GUNICORN_* below.
 import gc
 import multiprocessing
 import os
+import select
 import shutil
 import tempfile
 from pathlib import Path
 
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("GUNICORN_WORKERS", min(2 * multiprocessing.cpu_count() + 1, 9)))
-worker_class = "sync"
+# gunicorn's sync worker, woken alone per connection where epoll can (Linux):
+# the stock one wakes every idle worker for each (nightjar/gunicornworker.py).
+worker_class = "nightjar.gunicornworker.SyncWorker" if hasattr(select, "EPOLLEXCLUSIVE") else "sync"
 # A request never waits on RabbitMQ for long (short timeouts, backoff), so 30 s is generous.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 30))
 graceful_timeout = 30

@@ -4,6 +4,8 @@ import io
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from pypdf import PdfReader
 
 from tests.helpers import register_by_form
@@ -132,3 +134,24 @@ def test_the_status_endpoint_needs_the_secret_and_says_when_the_ticket_is_ready(
     assert client.get(url).json()["ticket_url"] == f"/registrations/{registration.code}/{registration.secret}/ticket/"
     page = client.get(f"/registrations/{registration.code}/{registration.secret}/").content.decode()
     assert "registration.js" not in page  # nothing left to wait for
+
+
+@pytest.mark.fast
+def test_a_registration_is_stored_by_one_plain_insert_with_the_row_save_would_write():
+    # Every guest's POST stores one: a plain INSERT ... RETURNING, not the
+    # ORM's save(), which compiles its INSERT anew on every call (issue 43).
+    with CaptureQueriesContext(connection) as through_django:
+        registration = register_guest(name="Grace Hopper", submission_key="k" * 32)
+    inserts = [query["sql"] for query in through_django.captured_queries if query["sql"].startswith("INSERT")]
+    assert not [sql for sql in inserts if Registration._meta.db_table in sql]
+    stored = Registration.objects.values().get(pk=registration.pk)
+    assert stored == {
+        field.attname: getattr(registration, field.attname) for field in Registration._meta.concrete_fields
+    }
+    assert (stored["name"], stored["seat"], len(stored["secret"])) == ("Grace Hopper", "confirmed", 43)
+    # A saved instance: a later save() updates the row it made.
+    registration.name = "Grace B. Hopper"
+    registration.save()
+    assert Registration.objects.get().name == "Grace B. Hopper"
+    # The same form sent again returns the first registration (the unique key's IntegrityError).
+    assert register_guest(name="Grace B. Hopper", submission_key="k" * 32) == registration

@@ -109,7 +109,8 @@ def _register(name: str, submission_key: str | None) -> Registration:
     published when a freed seat promotes it."""
     with transaction.atomic():
         seat = evening.seat_for_newcomer()
-        registration = Registration.objects.create(name=name, submission_key=submission_key or None, seat=seat)
+        registration = Registration(name=name, submission_key=submission_key or None, seat=seat)
+        Registration.objects.insert(registration)
         if seat == Seat.CONFIRMED:
             transaction.on_commit(lambda: publish_after_commit(registration))
     return registration
