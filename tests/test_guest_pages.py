@@ -5,6 +5,7 @@ import io
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.db.models.signals import post_save
 from django.test.utils import CaptureQueriesContext
 from pypdf import PdfReader
 
@@ -155,3 +156,20 @@ def test_a_registration_is_stored_by_one_plain_insert_with_the_row_save_would_wr
     assert Registration.objects.get().name == "Grace B. Hopper"
     # The same form sent again returns the first registration (the unique key's IntegrityError).
     assert register_guest(name="Grace B. Hopper", submission_key="k" * 32) == registration
+
+
+@pytest.mark.fast
+def test_a_receiver_of_registrations_save_signals_still_hears_a_guests_registration():
+    # The plain INSERT is taken only when no one listens, as the ORM would have told them.
+    heard = []
+
+    def receiver(sender, instance, created, **kwargs):
+        heard.append((instance.name, created, instance.pk is not None))
+
+    post_save.connect(receiver, sender=Registration, dispatch_uid="test-registration-save")
+    try:
+        registration = register_guest(name="Katherine Johnson", submission_key="j" * 32)
+    finally:
+        post_save.disconnect(dispatch_uid="test-registration-save", sender=Registration)
+    assert heard == [("Katherine Johnson", True, True)]
+    assert Registration.objects.get(pk=registration.pk).name == "Katherine Johnson"
