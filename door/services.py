@@ -71,8 +71,10 @@ class Answer:
 def door_user_key(user_pk) -> str:
     """The name a door phone files its queue of offline scans under: one per
     staff user (a phone shared by two doormen never sends one's scans as the
-    other's), opaque (not the user's id)."""
-    return salted_hmac("nightjar.door.queue", str(user_pk)).hexdigest()[:16]
+    other's), opaque (not the user's id). sha1 named, not left to Django's
+    default (sha256 from Django 2028): a key that changed with an upgrade
+    would strand the scans a phone queued before it."""
+    return salted_hmac("nightjar.door.queue", str(user_pk), algorithm="sha1").hexdigest()[:16]
 
 
 def clock(at: datetime) -> str:

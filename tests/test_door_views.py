@@ -270,3 +270,22 @@ def test_a_check_in_only_user_sees_no_arrivals_link_and_a_refusal_leads_back():
     assert "text/html" in refused["Content-Type"] and 'href="/door/"' in refused.content.decode()
     both = staff_with("check_in", "view_checkin")
     assert reverse("door-arrivals") in both.get(reverse("door")).content.decode()
+
+
+@pytest.mark.fast
+def test_a_phones_queue_key_stays_the_same_across_django_versions(settings):
+    """The phone files its offline scans under this key: a key that changed
+    with an upgrade (Django 2028 makes salted_hmac's default sha256) would
+    leave the scans a phone queued before it under a name no page reads."""
+    import hashlib
+    import hmac
+    import warnings
+
+    from door.services import door_user_key
+
+    settings.SECRET_KEY = "a-fixed-secret-for-this-test-0123456789-abcdefghijklmnop"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Django 6.x warns when the algorithm is left to its default
+        key = door_user_key(42)
+    salt = hashlib.sha1(("nightjar.door.queue" + settings.SECRET_KEY).encode()).digest()
+    assert key == hmac.new(salt, b"42", hashlib.sha1).hexdigest()[:16]
