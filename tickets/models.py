@@ -27,10 +27,12 @@ def new_secrets(count: int) -> list[str]:
 
 
 @functools.cache
-def _insert_statement(model, fields) -> str:
+def _insert(model) -> tuple[list, str]:
+    """A model's fields but its primary key, and the INSERT ... RETURNING that writes them (made once)."""
+    fields = [field for field in model._meta.local_concrete_fields if not field.primary_key]
     columns = ", ".join(f'"{field.column}"' for field in fields)
     marks = ", ".join(["%s"] * len(fields))
-    return f"INSERT INTO {model._meta.db_table} ({columns}) VALUES ({marks}) RETURNING {model._meta.pk.column}"
+    return fields, f"INSERT INTO {model._meta.db_table} ({columns}) VALUES ({marks}) RETURNING {model._meta.pk.column}"
 
 
 class Seat(models.TextChoices):
@@ -54,9 +56,9 @@ class RegistrationManager(models.Manager):
             registration.save(force_insert=True)
             return
         db = connections[DEFAULT_DB_ALIAS]
-        fields = [field for field in self.model._meta.local_concrete_fields if not field.primary_key]
+        fields, statement = _insert(self.model)
         values = [field.get_db_prep_save(field.pre_save(registration, True), db) for field in fields]
-        registration.pk = execute(_insert_statement(self.model, tuple(fields)), values)[0][0]
+        registration.pk = execute(statement, values)[0][0]
         registration._state.adding, registration._state.db = False, DEFAULT_DB_ALIAS
 
     def stored(self, registration_ids) -> dict[int, tuple[tuple[str, str], float]]:
