@@ -158,6 +158,12 @@ def ack_within(consumer, deliveries: list[Delivery], *, using: str):
     return method(deliveries, using=using) if method is not None else contextlib.nullcontext()
 
 
+def acked_within(consumer, delivery: Delivery | None) -> bool:
+    """Whether ack_within's commit removed this delivery (None: any, a batch's) and its ack is yet to come."""
+    done = getattr(consumer, "acked_in_transaction", ())
+    return delivery.tag in done if delivery is not None else bool(done)
+
+
 def queue_counts(queue: str) -> dict:
     """A queue's counts now: ready, unacked (+ unacked_error), consumers, dead, and per transport more."""
     return backend().queue_counts(queue)

@@ -205,7 +205,7 @@ class Consumer:
         self._buffer: collections.deque[Delivery] = collections.deque()  # claimed, not yet handed out
         self._held: set[int] = set()  # claimed and not acked (handed out or buffered)
         self._deferred: list[int] = []  # acks sent with the next statement (flush=False)
-        self._within: set[int] = set()  # acked in the handler's transaction (ack_within)
+        self.acked_in_transaction: set[int] = set()  # acked in the handler's transaction (ack_within)
         self._stopped = threading.Event()
         self._own = self._listen = None
         self._last_rescue = 0.0
@@ -423,7 +423,7 @@ class Consumer:
     def ack_many(self, tags: list, *, flush: bool = True) -> None:
         """DELETE the rows (those ack_within deleted already: nothing); flush=False
         sends it with the next claim (or keepalive, close, past the prefetch)."""
-        tags = [tag for tag in tags if tag not in self._within or self._within.discard(tag)]
+        tags = [tag for tag in tags if tag not in self.acked_in_transaction or self.acked_in_transaction.discard(tag)]
         self._deferred += tags
         if flush or len(self._deferred) > self.prefetch:
             self.flush_acks()
@@ -446,13 +446,27 @@ class Consumer:
             yield
             return
         tags = [delivery.tag for delivery in deliveries]
+        delete = f"DELETE FROM {TABLE} WHERE id IN ({in_list(len(tags))})"
+        db = connections[using]
+        # Only a commit that wrote something is the handler's (a read-only one, e.g. a task
+        # that opted out of the transaction reading its row, waits for the next).
+        changes = db.connection.total_changes if self.vendor == "sqlite" and db.connection is not None else -1
 
-        def delete() -> None:
-            sql.execute(f"DELETE FROM {TABLE} WHERE id IN ({in_list(len(tags))})", tags, using=using, fetch=False)
-            self._within.update(tags)
+        def delete_with_the_commit() -> bool:
+            if self.vendor == "sqlite":
+                if db.connection.total_changes <= changes:
+                    return False
+                sql.execute(delete, tags, using=using, fetch=False)
+            elif (
+                not sql.execute(f"{delete} AND txid_current_if_assigned() IS NOT NULL RETURNING id", tags, using=using)
+                and sql.execute("SELECT txid_current_if_assigned() IS NULL", [], using=using)[0][0]
+            ):
+                return False  # nothing written yet (else: the rows were gone already)
+            self.acked_in_transaction.update(tags)
             self._held.difference_update(tags)
+            return True
 
-        forget = sql.before_commit(delete, using=using)
+        forget = sql.before_commit(delete_with_the_commit, using=using)
         try:
             yield
         finally:
@@ -462,7 +476,7 @@ class Consumer:
         """Hand the delivery back: ready again at once, counted (its claim counted it)."""
         try:
             with self._lock:
-                self._within.discard(tag)
+                self.acked_in_transaction.discard(tag)
                 self._release([tag])
         except ERRORS as error:
             raise translated("requeue", error) from None
