@@ -298,11 +298,13 @@ class Consumer:
 
     def _dead_letter(self, tag: int, times: int) -> None:
         self._run(
-            f"UPDATE {TABLE} SET queue = %s, claimed_by = '', holder = NULL, lease_until = NULL WHERE id = %s",
+            # Its count: the times it was handed out (not this take, which handed out nothing).
+            f"UPDATE {TABLE} SET queue = %s, claimed_by = '', holder = NULL, lease_until = NULL,"
+            " deliveries = deliveries - 1 WHERE id = %s",
             [self.dead, tag],
             rows=False,
         )
-        logger.warning("Message %s was delivered %d times; moved to %s", tag, times, self.dead)
+        logger.warning("Message %s was delivered %d times; moved to %s", tag, times - 1, self.dead)
 
     def _rescue(self) -> None:
         """Make the rows of holders that are gone ready again (their count stays)."""
