@@ -1,0 +1,77 @@
+"""Operating the Tasks backend at scale (issue 51): pruning a large table in
+batches. Fast tier: no broker; the worker's side of each is proven in
+tests/test_tasks_broker.py."""
+
+import sqlite3
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from nightjar_tasks import pruning
+from nightjar_tasks.compat import TaskResultStatus
+from nightjar_tasks.models import TaskCompletion, TaskFailure, TaskParked, TaskRecord
+
+pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
+
+# A stock SQLite build's SQLITE_MAX_VARIABLE_NUMBER (since 3.32); Debian's is higher.
+STOCK_SQLITE_VARIABLES = 32766
+
+
+def old_results(count: int, *, status=TaskResultStatus.SUCCESSFUL, days: int = 40) -> list[int]:
+    """count finished rows: one made by the ORM, copied by one INSERT ... SELECT (ids following its own)."""
+    finished = timezone.now() - timedelta(days=days)
+    first = TaskRecord.objects.create(task_path="tests.task_functions.add", status=status, finished_at=finished)
+    if count > 1:
+        quote, table = connection.ops.quote_name, TaskRecord._meta.db_table
+        columns = [field.column for field in TaskRecord._meta.concrete_fields]
+        pk = TaskRecord._meta.pk.column
+        chosen = ", ".join(f"{quote(pk)} + n.i" if column == pk else f"t.{quote(column)}" for column in columns)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %s) "
+                f"INSERT INTO {quote(table)} ({', '.join(map(quote, columns))}) "
+                f"SELECT {chosen} FROM {quote(table)} t, n WHERE t.{quote(pk)} = %s",
+                [count - 1, first.pk],
+            )
+    return [first.pk + i for i in range(count)]
+
+
+def test_prune_deletes_more_rows_than_sqlite_binds_in_one_statement_and_keeps_the_rest(capsys):
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, STOCK_SQLITE_VARIABLES)
+    pruned = old_results(40_000)
+    failed_and_kept = old_results(1, status=TaskResultStatus.FAILED)[0]  # parked: waits for staff
+    TaskParked.objects.create(task_id=failed_and_kept, reason="x", attempts=3)
+    recent = old_results(1, days=1)[0]
+    TaskCompletion.objects.create(task_id=pruned[0])  # CASCADE: goes with its task
+    failure = TaskFailure.objects.create(task_id=pruned[1], worker="w", error="e")  # SET_NULL: stays, unlinked
+    call_command("nightjar_prune_tasks", "--days", "30", "--batch-size", "5000")
+    assert set(TaskRecord.objects.values_list("pk", flat=True)) == {failed_and_kept, recent}
+    assert not TaskCompletion.objects.exists()
+    failure.refresh_from_db()
+    assert failure.task_id is None
+    assert "Deleted 40000 finished task results older than 30 days" in capsys.readouterr().out
+
+
+def test_each_prune_batch_commits_alone_so_a_guest_write_goes_through_between_them():
+    old_results(3000)
+    seen = []
+
+    def guest_writes(deleted_so_far: int) -> None:
+        assert not connection.in_atomic_block  # the batch's transaction is over
+        if connection.vendor == "sqlite":
+            # Another connection that would not wait a moment: the write lock must be free.
+            guest = sqlite3.connect(connection.settings_dict["NAME"], timeout=0, isolation_level=None)
+            guest.execute("BEGIN IMMEDIATE")
+            guest.execute("INSERT INTO auth_group (name) VALUES (?)", [f"guest-{deleted_so_far}"])
+            guest.execute("COMMIT")
+            guest.close()
+        seen.append(deleted_so_far)
+
+    deleted = pruning.prune_finished(older_than=timedelta(days=30), batch_size=1000, after_batch=guest_writes)
+    assert (deleted, seen) == (3000, [1000, 2000, 3000])
+    assert not TaskRecord.objects.exists()
