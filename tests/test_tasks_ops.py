@@ -1,20 +1,28 @@
-"""Operating the Tasks backend at scale (issue 51): pruning a large table in
-batches. Fast tier: no broker; the worker's side of each is proven in
+"""Operating the Tasks backend (issue 51): pruning a large table in batches;
+the package page's settings block. Fast tier: no broker; the worker's side of each is proven in
 tests/test_tasks_broker.py."""
 
+import re
 import sqlite3
 from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
+from nightjar_delivery import conf as engine_conf
 from nightjar_tasks import pruning
+from nightjar_tasks.backend import NightjarBackend
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskCompletion, TaskFailure, TaskParked, TaskRecord
+from tests.helpers import tasks_settings_block
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # A stock SQLite build's SQLITE_MAX_VARIABLE_NUMBER (since 3.32); Debian's is higher.
 STOCK_SQLITE_VARIABLES = 32766
@@ -75,3 +83,23 @@ def test_each_prune_batch_commits_alone_so_a_guest_write_goes_through_between_th
     deleted = pruning.prune_finished(older_than=timedelta(days=30), batch_size=1000, after_batch=guest_writes)
     assert (deleted, seen) == (3000, [1000, 2000, 3000])
     assert not TaskRecord.objects.exists()
+
+
+def test_the_package_page_s_settings_block_is_one_queue_a_numeric_time_limit_and_the_table_s_broker_port():
+    page = (ROOT / "docs" / "tasks.md").read_text()
+    block = tasks_settings_block()
+    pasted = {"INSTALLED_APPS": [], "DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3"}}}
+    exec(block, pasted)  # a stranger's settings module: the block as written
+    backend = pasted["TASKS"]["default"]
+    assert backend.get("QUEUES", ["default"]) == ["default"]  # two would make every command need --channel
+    limit = backend["OPTIONS"]["time_limit"]
+    assert isinstance(limit, int | float) and not isinstance(limit, bool)  # None reads as "no limit"; it is 300
+    if connection.vendor == "sqlite":  # the block's own busy timeout: its time limit passes the check
+        assert list(NightjarBackend("default", backend).check()) == []
+    table = re.search(r"^\| `NIGHTJAR_BROKER_URL` \| `([^`]+)`", page, re.M).group(1)
+    ports = {
+        urlsplit(url).port
+        for url in (pasted["NIGHTJAR_BROKER_URL"], table, engine_conf.DEFAULTS["NIGHTJAR_BROKER_URL"])
+    }
+    assert ports == {5672}
+    assert 'pip install "django-nightjar[redis,postgres]"' in page
