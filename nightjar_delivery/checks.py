@@ -44,7 +44,7 @@ def redis_is_durable(app_configs, **kwargs):
     return [
         checks.Error(
             f"Redis would acknowledge XADDs it may lose: {'; '.join(problems)}.",
-            hint="Run redis-server with appendonly yes and appendfsync always (bin/redis-node does).",
+            hint=f"Run it with {transport.backend().DURABLE_SETTINGS}.",
             id="nightjar.E003",
         )
     ]

@@ -154,10 +154,7 @@ class Command(BaseCommand):
             except transport.BrokerError:
                 problems = []  # unreachable: the worker reports it and reconnects
             if problems:
-                raise CommandError(
-                    f"Redis would lose acknowledged entries ({'; '.join(problems)}); see bin/redis-node.",
-                    returncode=exits.USAGE,
-                )
+                raise CommandError(transport.backend().durability_refusal(problems), returncode=exits.USAGE)
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)
