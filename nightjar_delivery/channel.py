@@ -71,6 +71,7 @@ class Channel(abc.ABC):
     intents = "intents"  # what people call its intents, in the plural (the worker's "No ready intents")
     outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
     handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
+    teaches_checkpoints = False  # True: `worker --help` shows the crash-window switches (--pause, --crash)
     refusal = DomainError  # what the channel's refusals are (a subclass of DomainError)
 
     # -- records: the user's concrete models of nightjar_delivery/records.py --

@@ -2,7 +2,7 @@
 value, errors with their tracebacks, attempts, workers, times), filtered by
 status, task path, queue and whether it is parked; searched by id or enqueue
 key. Requeue and discard of a parked task are actions with a permission
-each, show their plan first, and call the same services as `parked
+each, show their plan first, and call the same services as `nightjar_parked
 --channel tasks` (nightjar_delivery/reconcile.py), which leave a TaskStaffAction in
 the same transaction."""
 

@@ -2,6 +2,7 @@
 the package page's settings block. Fast tier: no broker; the worker's side of each is proven in
 tests/test_tasks_broker.py."""
 
+import contextlib
 import re
 import sqlite3
 from datetime import timedelta
@@ -9,11 +10,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
+from nightjar_delivery import channel
 from nightjar_delivery import conf as engine_conf
+from nightjar_delivery.management.commands.nightjar_worker import Command as NightjarWorker
 from nightjar_tasks import pruning
 from nightjar_tasks.backend import NightjarBackend
 from nightjar_tasks.compat import TaskResultStatus
@@ -103,3 +106,35 @@ def test_the_package_page_s_settings_block_is_one_queue_a_numeric_time_limit_and
     }
     assert ports == {5672}
     assert 'pip install "django-nightjar[redis,postgres]"' in page
+
+
+@pytest.fixture
+def tasks_only(monkeypatch):
+    """The registry as in a project with the Tasks backend and without the site (no tickets, no lab)."""
+    monkeypatch.setattr(channel, "_channels", {name: c for name, c in channel._channels.items() if name == "tasks"})
+
+
+def test_the_worker_s_help_in_a_project_without_the_lab_names_neither_the_lab_nor_the_test_switches(tasks_only):
+    shown = NightjarWorker().create_parser("manage.py", "nightjar_worker").format_help()
+    assert "nightjar_tasks.runner.handle" in shown
+    for word in ("lab", "NIGHTJAR_HANDLER", "--pause", "--crash"):
+        assert word not in shown
+
+
+def test_the_worker_s_test_switches_still_work_when_hidden(tasks_only):
+    options = NightjarWorker().create_parser("manage.py", "nightjar_worker").parse_args(["--pause", "after-commit"])
+    assert options.pause == "after-commit"
+
+
+def test_the_site_s_worker_help_still_shows_the_lab_s_switches():
+    shown = NightjarWorker().create_parser("manage.py", "nightjar_worker").format_help()
+    assert "--pause" in shown and "--crash" in shown and "lab/handler.py" in shown
+
+
+def test_what_points_staff_to_parked_tasks_names_the_command_nightjar_parked(capsys):
+    TaskRecord.objects.create(task_path="tests.task_functions.add")  # READY: the status has a line of totals
+    with contextlib.suppress(CommandError):
+        call_command("nightjar_tasks_status")
+    said = capsys.readouterr().out
+    assert "`nightjar_parked --channel tasks`" in said
+    assert "`parked" not in said
