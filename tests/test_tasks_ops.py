@@ -5,6 +5,7 @@ tests/test_tasks_broker.py."""
 import contextlib
 import re
 import sqlite3
+import tomllib
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -138,3 +139,12 @@ def test_what_points_staff_to_parked_tasks_names_the_command_nightjar_parked(cap
     said = capsys.readouterr().out
     assert "`nightjar_parked --channel tasks`" in said
     assert "`parked" not in said
+
+
+def test_the_package_names_each_django_and_python_it_is_tested_on_and_its_pages():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    tested = {"Framework :: Django :: 5.2", "Framework :: Django :: 6.0", "Framework :: Django :: 6.1"}
+    tested |= {"Programming Language :: Python :: 3.11", "Programming Language :: Python :: 3.12"}
+    assert tested <= set(project["classifiers"])
+    for page in project["urls"].values():
+        assert (ROOT / page).is_file()
