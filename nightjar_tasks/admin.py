@@ -10,11 +10,15 @@ import json
 from functools import partial
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from nightjar_delivery import admin_plans, channel, reconcile
-from nightjar_tasks import conf
+from nightjar_tasks import conf, schedules
 from nightjar_tasks.models import TaskParked, TaskRecord, TaskStaffAction
 
 SEARCH_MAX_CHARACTERS = 200  # a search is staff input of any size: bounded
@@ -75,6 +79,41 @@ class TaskRecordAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(is_parked=Exists(waiting_for_staff()))
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.schedules_view)
+        return [path("schedules/", view, name="nightjar_tasks_taskrecord_schedules"), *super().get_urls()]
+
+    def schedules_view(self, request):
+        """The schedules NIGHTJAR_TASKS_SCHEDULE declares, each with its next
+        slot and the last task it enqueued (read-only: settings declare them)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        rows, problem, now = [], "", timezone.now()
+        try:
+            found = schedules.all_schedules()
+        except ValueError as error:
+            found, problem = [], str(error)
+        for schedule in found:
+            prefix = schedule.key_prefix
+            last = TaskRecord.objects.filter(enqueue_key__startswith=prefix).order_by("-enqueued_at", "-pk").first()
+            rows.append(
+                {
+                    "schedule": schedule,
+                    "following": schedule.following(now),
+                    "last": last,
+                    "last_slot": last.enqueue_key.removeprefix(prefix) if last else "",
+                }
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Schedules",
+            "rows": rows,
+            "problem": problem,
+            "rule": schedules.MISSED_SLOTS,
+        }
+        return TemplateResponse(request, "admin/nightjar_tasks/taskrecord/schedules.html", context)
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()[:SEARCH_MAX_CHARACTERS]
