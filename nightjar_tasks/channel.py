@@ -95,7 +95,7 @@ class TasksChannel(channel.Channel):
             raise channel.HandlerError(f"Cannot load the task handler {spec!r}: {error}") from None
 
     def handle_batch(self, messages_, rejections, ack_all, pause, stored):
-        return runner.handle_batch(messages_, rejections, ack_all, pause, stored, user=self)
+        return runner.handle_batch(messages_, rejections, ack_all, pause, stored, channel=self)
 
     # -- reconcile and parking --
 

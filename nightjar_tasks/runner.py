@@ -100,7 +100,7 @@ def handle(message, ack, pause=None):
 
 
 def handle_batch(
-    messages: list, rejections: list, ack_all, pause=None, stored: dict | None = None, *, user
+    messages: list, rejections: list, ack_all, pause=None, stored: dict | None = None, *, channel
 ) -> list[int]:
     """Batch mode (`worker --channel tasks --batch N`): the batch's promise
     made set-wise. In ONE transaction:
@@ -152,7 +152,7 @@ def handle_batch(
     checkpoint(pause, "before-write")
     with transaction.atomic(using=alias):
         for delivery, reason in rejections:
-            record_rejection(delivery=delivery, reason=reason, user=user)
+            record_rejection(delivery=delivery, reason=reason, channel=channel)
         owned = marks.insert_keys(list(pending)) if pending else set()
         tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
         # On SQLite the batch's transaction holds the one write lock for all its bodies:

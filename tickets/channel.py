@@ -69,7 +69,7 @@ class RegistrationsChannel(channel.Channel):
 
     def handle_batch(self, messages, rejections, ack_all, pause, stored):
         # (the messages carry what it writes; the rejections are recorded as this channel's)
-        return batch.handle_batch(messages, rejections, ack_all, pause, user=self)
+        return batch.handle_batch(messages, rejections, ack_all, pause, channel=self)
 
     # Reconcile and parking run in the engine (nightjar_delivery/reconcile.py); these are the domain's answers.
     refusal = NightjarError
