@@ -9,12 +9,14 @@ derived from those models (override one to answer faster or otherwise):
 
     # myapp/apps.py
     def ready(self):
-        from nightjar_delivery import channel
+        from nightjar_delivery import register
         from myapp.channel import OrdersChannel
-        channel.register(OrdersChannel)  # refused, naming what is missing, when incomplete
+        register(OrdersChannel)  # refused, naming what is missing, when incomplete
 
 Several channels may be registered, each with its own unique `name` and its
-own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`):
+own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`).
+The registry (a user reaches `register` and `get` as nightjar_delivery.register
+and nightjar_delivery.get_channel; the rest is the engine's):
 
 - `register(ch)`: add a channel (a class or an instance); ImproperlyConfigured
   naming what is missing, ValueError for a name already taken by another.

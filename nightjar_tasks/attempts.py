@@ -16,7 +16,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery.codec import storable_text
+from nightjar_delivery import storable_text
 from nightjar_tasks import backend as backends
 from nightjar_tasks import compat, limits
 from nightjar_tasks.compat import TaskContext, TaskResultStatus, get_exception_traceback, get_module_path

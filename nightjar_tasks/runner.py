@@ -28,9 +28,7 @@ import time
 from django.db import connections, transaction
 from django.utils import timezone
 
-from nightjar_delivery import sql
-from nightjar_delivery.checkpoints import checkpoint
-from nightjar_delivery.recording import record_rejection
+from nightjar_delivery import checkpoint, record_rejection, sql
 from nightjar_tasks import attempts, limits, marks, rows
 from nightjar_tasks import backend as backends
 from nightjar_tasks.attempts import SENDER

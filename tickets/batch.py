@@ -10,7 +10,7 @@ whole batch back and nothing is acked.
 
 from django.db import transaction
 
-from nightjar_delivery.recording import record_rejection
+from nightjar_delivery import record_rejection
 from tickets.checkpoints import checkpoint
 from tickets.models import Completion, Ticket
 
