@@ -17,7 +17,8 @@ them. Each name is here because a user needs it:
   commands and admin.
 - AbstractRejectedMessage, AbstractDeliveryFailure, AbstractRedelivery,
   AbstractParkedDelivery, AbstractWorkerReport: the record models a user
-  subclasses (as AbstractUser), and record_rejection for a batch handler.
+  subclasses (as AbstractUser); record_rejection for a batch handler; park,
+  the one way to park an intent (the tasks park a task out of attempts).
 - Plan, plan_then_apply, staff_reason: the admin's plan-then-confirm page.
 - ContractError, load_json, storable_text, check_size: the codec a user's
   contract builds on.
@@ -59,6 +60,7 @@ _PUBLIC = {
     "AbstractParkedDelivery": "records",
     "AbstractWorkerReport": "records",
     "record_rejection": "recording",
+    "park": "recording",
     "Plan": "admin_plans",
     "plan_then_apply": "admin_plans",
     "staff_reason": "admin_plans:reason",

@@ -234,6 +234,13 @@ class Channel(abc.ABC):
                 actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
             )
 
+    def on_requeue(self, intent) -> None:  # noqa: B027 (a hook: nothing by default)
+        """Staff requeued this parked intent: make it deliverable again, inside
+        requeue_parked's transaction, before it is published after the commit
+        (e.g. a failed task back to ready with a fresh retry budget). By
+        default nothing: a parked intent is pending again once its parked
+        record is resolved."""
+
     def actor(self, command: str) -> str:
         """Who a command-line staff action is recorded as."""
         try:

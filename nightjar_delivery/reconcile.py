@@ -10,7 +10,10 @@ published, its labels, and its refusals.
   is full (bounded by max_seconds).
 - collect_dead_letters(): the dead-letter queue into the records, one
   message at a time: record, commit, then ack.
-- requeue_parked() / discard_parked(): staff's two answers to a parked delivery.
+- requeue_parked() / discard_parked(): staff's two answers to a parked
+  intent (the intent itself: a caller holding a label asks channel.find()
+  first); a requeue calls the channel's on_requeue(intent) in its
+  transaction. Parking itself has one path: recording.park().
 - parked_lines(): what `parked` lists.
 """
 
@@ -46,13 +49,13 @@ class ReconcileReport:
 
 
 RECONCILE_ACTOR = "nightjar (reconcile)"
-SYSTEM_ACTOR = "nightjar (dead-letter collector)"
 
 # An intent whose delivery limit was used up by interruptions alone (no
 # failure recorded: Ctrl+C at a checkpoint, restarted or killed workers) is
 # published again this many times before it is parked anyway: a message that
-# kills the worker outright records no failure either.
-AUTOMATIC_REQUEUES = 1
+# kills the worker outright records no failure either. Each such republish
+# leaves a parked record marked automatic_requeue, which counts them.
+REPUBLISHES_AFTER_INTERRUPTIONS = 1
 
 
 def reconcile(
@@ -142,18 +145,18 @@ def _collect_one(channel: Channel, delivery: transport.Delivery, report: Collect
         report.dropped += 1  # done, or parked already (one parked record per intent): nothing to collect
         return None
     failure = channel.failure_model.objects.filter(**mine).first()  # the newest
-    automatic = channel.parked_model.objects.filter(**mine, resolved_by=SYSTEM_ACTOR).count()
+    republished = channel.parked_model.objects.filter(**mine, automatic_requeue=True).count()
     intent = channel.intent_model.objects.get(pk=key)
     with transaction.atomic():
-        if failure is None and automatic < AUTOMATIC_REQUEUES:
+        if failure is None and republished < REPUBLISHES_AFTER_INTERRUPTIONS:
             reason = f"returned {delivery.attempts} times without a recorded failure (interrupted or restarted workers)"
             recording.park(
                 intent,
-                delivery,
-                reason,
-                resolution=channel.parked_model.REQUEUED,
-                resolved_by=SYSTEM_ACTOR,
+                reason=reason,
+                attempts=delivery.attempts,
+                body=delivery.body,
                 channel=channel,
+                automatic_requeue=True,
             )
             report.requeued.append(channel.label(key))
             return intent
@@ -161,16 +164,18 @@ def _collect_one(channel: Channel, delivery: transport.Delivery, report: Collect
             reason = f"{failure.error} (worker {failure.worker}, {failure.at:%Y-%m-%d %H:%M:%S})"
         else:
             reason = f"returned {delivery.attempts} times again without a recorded failure: did the worker die on it?"
-        recording.park(intent, delivery, reason, channel=channel)
+        recording.park(intent, reason=reason, attempts=delivery.attempts, body=delivery.body, channel=channel)
         report.parked.append(channel.label(key))
     return None
 
 
-def requeue_parked(channel: Channel, *, code: str, actor: str):
-    """Staff: publish a parked intent again. It counts as pending again
-    (reconcile may pick it up too; the handler makes no second outcome).
-    Returns the intent; raises the channel's refusal."""
-    intent = channel.find(code)
+def requeue_parked(channel: Channel, intent, *, actor: str):
+    """Staff: publish a parked intent again. In one transaction: the parked
+    record resolved, the staff trail (channel.record_staff_action), the
+    channel's own reset (channel.on_requeue, e.g. a failed task made ready
+    with a fresh retry budget); published after the commit. It counts as
+    pending again (reconcile may pick it up too; the handler makes no second
+    outcome). Returns the intent; raises the channel's refusal."""
     channel.refuse_republish(intent, "requeued")
     with transaction.atomic():
         held = channel.parked_model.objects.holding().select_for_update().filter(**{channel.intent_field: intent})
@@ -178,15 +183,15 @@ def requeue_parked(channel: Channel, *, code: str, actor: str):
             raise channel.refusal(f"{channel.label(intent.pk)} is not parked.")
         held.update(resolution=channel.parked_model.REQUEUED, resolved_by=actor[:150], resolved_at=timezone.now())
         channel.record_staff_action(actor=actor, action="requeue", intent=intent, detail="Requeued a parked delivery.")
+        channel.on_requeue(intent)
         transaction.on_commit(lambda: publish_after_commit(channel, intent))
     return intent
 
 
-def discard_parked(channel: Channel, *, code: str, actor: str):
+def discard_parked(channel: Channel, intent, *, actor: str):
     """Staff: give up on a parked intent. It stays parked (no outcome,
     reconcile leaves it alone) and leaves the list of what waits for staff.
     Returns the intent; raises the channel's refusal."""
-    intent = channel.find(code)
     with transaction.atomic():
         waiting = channel.parked_model.objects.select_for_update().filter(
             **{channel.intent_field: intent}, resolution=""

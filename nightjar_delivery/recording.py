@@ -22,6 +22,9 @@ from nightjar_delivery.transport import Delivery
 
 logger = logging.getLogger(__name__)
 
+# Who resolved a parked record the dead-letter collector published again (shown to staff).
+COLLECTOR = "nightjar (dead-letter collector)"
+
 
 def _intent(channel: Channel, intent_id: int | None):
     """The stored intent a body claims, or None."""
@@ -148,24 +151,34 @@ def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: b
 
 def park(
     intent,
-    delivery: Delivery,
-    reason: str,
     *,
-    resolution: str = "",
-    resolved_by: str = "",
-    attempts=None,
+    reason: str,
+    attempts: int,
     channel: Channel,
+    body: bytes | None = None,
+    excerpt: str = "",
+    automatic_requeue: bool = False,
 ):
-    """One parked record for an intent (inside the caller's transaction):
-    the reason, the attempts and an excerpt and hash of the body."""
+    """The one way an intent is parked for staff (inside the caller's
+    transaction): the worker's delivery limit, the dead-letter collector and
+    a user's own limit (the tasks' attempts) all come here. body: the
+    delivery's, kept as an excerpt and a hash; without one, excerpt says what
+    the intent was (e.g. a task's path). automatic_requeue: not parked but
+    published again once by the collector (resolved as requeued by it, and
+    counted by this field)."""
+    if body is not None:
+        excerpt, digest = storable_text(body[:2048], max_bytes=2048), hashlib.sha256(body).hexdigest()
+    else:
+        excerpt, digest = storable_text(excerpt, max_bytes=2048), ""
     return channel.parked_model.objects.create(
         reason=storable_text(reason, max_bytes=1200)[:300],
-        attempts=delivery.attempts if attempts is None else attempts,
-        body_excerpt=storable_text(delivery.body[:2048], max_bytes=2048),
-        body_sha256=hashlib.sha256(delivery.body).hexdigest(),
-        resolution=resolution,
-        resolved_by=resolved_by,
-        resolved_at=timezone.now() if resolution else None,
+        attempts=attempts,
+        body_excerpt=excerpt,
+        body_sha256=digest,
+        resolution=channel.parked_model.REQUEUED if automatic_requeue else "",
+        resolved_by=COLLECTOR if automatic_requeue else "",
+        resolved_at=timezone.now() if automatic_requeue else None,
+        automatic_requeue=automatic_requeue,
         **{channel.intent_field: intent},
     )
 
@@ -198,5 +211,5 @@ def park_after_failures(*, delivery: Delivery, channel: Channel) -> str | None:
             return None
         last = failures.first()
         reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
-        park(intent, delivery, reason, attempts=count, channel=channel)
+        park(intent, reason=reason, attempts=count, body=delivery.body, channel=channel)
     return channel.label(intent_id)

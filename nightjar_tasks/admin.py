@@ -149,7 +149,7 @@ class TaskRecordAdmin(admin.ModelAdmin):
         chosen = list(queryset.order_by("enqueued_at", "pk"))
 
         def change(record) -> str:
-            service(get_channel(conf.channel_name(record.queue_name)), code=str(record.pk), actor=actor(request))
+            service(get_channel(conf.channel_name(record.queue_name)), record, actor=actor(request))
             return f"task {record.pk}: {action}d."
 
         plan = Plan(

@@ -49,6 +49,7 @@ class TasksChannel(Channel):
     redelivery_model = TaskRedelivery
     parked_model = TaskParked
     worker_report_model = TaskWorkerReport
+    staff_action_model = TaskStaffAction
     intents = "tasks"
     outcome = "result"
 
@@ -130,18 +131,16 @@ class TasksChannel(Channel):
         if TaskCompletion.objects.filter(task_id=intent.pk).exists():
             raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
 
-    def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
-        """The trace (TaskStaffAction); a requeue gives the task back to the
-        workers with a fresh retry budget."""
-        TaskStaffAction.objects.create(actor=actor[:150], action=action[:40], task=intent, detail=detail[:500])
-        if action == "requeue":
-            TaskRecord.objects.filter(pk=intent.pk).update(
-                status=TaskResultStatus.READY,
-                finished_at=None,
-                run_after=None,
-                requeued_at_attempt=F("attempts"),
-                published_at=timezone.now(),
-            )
+    def on_requeue(self, intent) -> None:
+        """Staff requeued the parked task: back to the workers, READY, with a
+        fresh retry budget (its attempts so far no longer count)."""
+        TaskRecord.objects.filter(pk=intent.pk).update(
+            status=TaskResultStatus.READY,
+            finished_at=None,
+            run_after=None,
+            requeued_at_attempt=F("attempts"),
+            published_at=timezone.now(),
+        )
 
     def gauges(self) -> dict:
         try:

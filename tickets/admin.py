@@ -454,16 +454,16 @@ class ParkedDeliveryAdmin(BoundedSearch, admin.ModelAdmin):
         return self.plan(request, queryset, "discard", discard_parked, "give up on (no ticket)")
 
     def plan(self, request, queryset, action: str, service, what: str):
-        codes = sorted({p.registration.code for p in queryset.select_related("registration") if p.registration})
+        chosen = {p.registration for p in queryset.select_related("registration") if p.registration}
 
-        def change(code: str) -> str:
-            service(code=code, actor=actor(request))
-            return f"{code}: {action}d."
+        def change(registration) -> str:
+            service(registration, actor=actor(request))
+            return f"{registration.code}: {action}d."
 
         plan = Plan(
             action=action,
             title=f"{action.capitalize()} parked deliveries",
-            steps=[(f"{code}: {what}", partial(change, code)) for code in codes],
+            steps=[(f"{r.code}: {what}", partial(change, r)) for r in sorted(chosen, key=lambda r: r.code)],
             selected=list(queryset.values_list("pk", flat=True)),
             nothing=f"None of the selected deliveries names a registration; there is nothing to {action}.",
         )

@@ -24,11 +24,11 @@ def collect_dead_letters(**options) -> CollectReport:
     return engine.collect_dead_letters(registrations_channel(), **options)
 
 
-def requeue_parked(*, code: str, actor: str) -> Registration:
+def requeue_parked(registration: Registration, *, actor: str) -> Registration:
     """Staff: publish a parked registration again; raises NightjarError."""
-    return engine.requeue_parked(registrations_channel(), code=code, actor=actor)
+    return engine.requeue_parked(registrations_channel(), registration, actor=actor)
 
 
-def discard_parked(*, code: str, actor: str) -> Registration:
+def discard_parked(registration: Registration, *, actor: str) -> Registration:
     """Staff: give up on a parked registration; raises NightjarError."""
-    return engine.discard_parked(registrations_channel(), code=code, actor=actor)
+    return engine.discard_parked(registrations_channel(), registration, actor=actor)

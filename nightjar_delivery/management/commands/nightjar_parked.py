@@ -26,10 +26,14 @@ class Command(BaseCommand):
             if action == "collect":
                 self.collect(channel)
             elif action == "requeue":
-                intent = reconcile.requeue_parked(channel, code=options["code"], actor=channel.actor("parked requeue"))
+                intent = reconcile.requeue_parked(
+                    channel, channel.find(options["code"]), actor=channel.actor("parked requeue")
+                )
                 self.stdout.write(f"Requeued {channel.label(intent.pk)}: it is pending again and is being published.")
             elif action == "discard":
-                intent = reconcile.discard_parked(channel, code=options["code"], actor=channel.actor("parked discard"))
+                intent = reconcile.discard_parked(
+                    channel, channel.find(options["code"]), actor=channel.actor("parked discard")
+                )
                 self.stdout.write(
                     f"Discarded {channel.label(intent.pk)}: it stays parked, without its {channel.outcome}."
                 )
