@@ -50,7 +50,7 @@ class Command(BaseCommand):
         mode.add_argument("--serve", action="store_true", help="Consume until SIGTERM/SIGINT (service mode).")
         # The crash-window switches of a site that teaches them (a channel with teaches_checkpoints);
         # accepted everywhere (the tests kill workers at each checkpoint), shown only there.
-        taught = any(user.teaches_checkpoints for user in channel.all())
+        taught = any(channel.teaches_checkpoints for channel in channels.all())
         parser.add_argument(
             "--pause",
             choices=CHECKPOINTS,
