@@ -25,16 +25,6 @@ BATCH_SIZE = 1000
 SQLITE_PAUSE_SECONDS = 0.11
 
 
-def prunable(*, older_than: timedelta):
-    """Finished tasks (SUCCESSFUL, or FAILED and no longer waiting for staff)
-    that finished before now - older_than."""
-    cutoff = timezone.now() - older_than
-    waiting = TaskParked.objects.filter(resolution="", task__isnull=False).values("task")
-    return TaskRecord.objects.filter(
-        status__in=[TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED], finished_at__lt=cutoff
-    ).exclude(pk__in=waiting)
-
-
 def prune_finished(
     *,
     older_than: timedelta,
@@ -42,7 +32,8 @@ def prune_finished(
     pause: float | None = None,
     after_batch: Callable[[int], None] | None = None,
 ) -> int:
-    """Delete prunable() rows, batch_size ids at a time in ascending id order
+    """Delete finished tasks (SUCCESSFUL, or FAILED and no longer waiting for
+    staff) that finished before now - older_than, batch_size ids at a time in ascending id order
     (each batch found by the primary key's index, from where the last one
     ended), each batch one transaction: its rows' SET_NULL relations set to
     NULL, then the rows deleted (their CASCADE relations with them), bounded
@@ -71,7 +62,7 @@ def prune_finished(
             return deleted
         after = window[-1]
         with transaction.atomic(using=alias):
-            ids = list(prunable(older_than=older_than).filter(pk__in=window).values_list("pk", flat=True))
+            ids = _prunable_among(alias, window, timezone.now() - older_than)
             if ids:
                 deleted += _delete_batch(alias, ids, set_null, cascade if plain else None)
         if ids:
@@ -81,6 +72,24 @@ def prune_finished(
                 time.sleep(pause)
         if len(window) < batch_size:
             return deleted
+
+
+def _prunable_among(alias: str, window: list[int], cutoff) -> list[int]:
+    """prunable() among these ids, read by the primary key alone and judged
+    here: given the status too, SQLite's planner walks the status index
+    instead (every old row, for each batch). Locked (PostgreSQL) until the
+    batch commits, so a requeue meanwhile is not deleted."""
+    rows = TaskRecord._base_manager.using(alias).select_for_update().filter(pk__in=window).order_by()
+    finished = {TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED}
+    ids = [
+        pk
+        for pk, status, at in rows.values_list("pk", "status", "finished_at")
+        if status in finished and at is not None and at < cutoff
+    ]
+    if not ids:
+        return []
+    waiting = TaskParked.objects.using(alias).filter(resolution="", task_id__in=ids).order_by()
+    return sorted(set(ids) - set(waiting.values_list("task_id", flat=True)))
 
 
 def _delete_batch(alias: str, ids: list[int], set_null: list, cascade: list | None) -> int:
