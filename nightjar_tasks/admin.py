@@ -17,8 +17,10 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import Plan, discard_parked, get_channel, plan_then_apply, requeue_parked
+from nightjar_delivery import Plan, discard_parked, get_channel, plan_then_apply, requeue_parked, staff_reason
 from nightjar_tasks import conf, schedules
+from nightjar_tasks.cancelling import cancel_task
+from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskParked, TaskRecord, TaskStaffAction
 
 SEARCH_MAX_CHARACTERS = 200  # a search is staff input of any size: bounded
@@ -75,7 +77,7 @@ class TaskRecordAdmin(admin.ModelAdmin):
         "finished_at",
         "trail",
     )
-    actions = ("requeue", "discard")
+    actions = ("requeue", "discard", "cancel")
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(is_parked=Exists(waiting_for_staff()))
@@ -136,6 +138,9 @@ class TaskRecordAdmin(admin.ModelAdmin):
     def has_discard_permission(self, request):
         return request.user.has_perm("nightjar_tasks.discard_taskrecord")
 
+    def has_cancel_permission(self, request):
+        return request.user.has_perm("nightjar_tasks.cancel_taskrecord")
+
     @admin.display(boolean=True, description="parked")
     def parked(self, obj):
         return obj.is_parked
@@ -181,6 +186,34 @@ class TaskRecordAdmin(admin.ModelAdmin):
     @admin.action(description="Discard: give up on the parked task", permissions=["discard"])
     def discard(self, request, queryset):
         return self.plan(request, queryset, "discard", discard_parked, "give up on (it stays FAILED)")
+
+    @admin.action(description="Cancel: the task waiting to run never runs", permissions=["cancel"])
+    def cancel(self, request, queryset):
+        """The plan (the READY tasks; the others named and left alone), then,
+        confirmed with a reason, cancel_task per task: a worker that claimed
+        one meanwhile wins, and that task's line says so."""
+        chosen = list(queryset.order_by("enqueued_at", "pk"))
+        waiting = [r for r in chosen if r.status == TaskResultStatus.READY and not r.is_parked]
+
+        def change(record) -> str:
+            cancel_task(task_id=record.pk, actor=actor(request), reason=staff_reason(request))
+            return f"task {record.pk}: cancelled."
+
+        plan = Plan(
+            action="cancel",
+            title="Cancel tasks waiting to run",
+            steps=[
+                (f"task {r.pk} ({r.task_path}): never run it (FAILED, cancelled)", partial(change, r)) for r in waiting
+            ],
+            selected=[record.pk for record in chosen],
+            nothing="None of the selected tasks is waiting to run: there is nothing to cancel.",
+            set_aside=[f"task {r.pk} ({r.task_path}, {r.status})" for r in chosen if r not in waiting],
+            set_aside_heading="Not waiting to run, left alone:",
+            note="A worker that claims one of them before the cancel runs it; its line then says so.",
+            reason_label="Why cancel (kept in the staff trail):",
+            no_reason="Say why you cancel: the staff trail keeps it.",
+        )
+        return plan_then_apply(self, request, plan)
 
     def plan(self, request, queryset, action: str, service, what: str):
         """The plan first (which tasks, what happens; those not parked are
