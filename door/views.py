@@ -158,6 +158,7 @@ def door_page(request):
             "door_name": request.GET.get("door", "")[:40],
             "may_view_arrivals": request.user.has_perm("door.view_checkin"),
             "max_sync": MAX_SYNC,
+            "scans_per_minute": conf.scans_per_minute(),
             "user_key": services.door_user_key(request.user.pk),
         },
     )
