@@ -69,3 +69,24 @@ def test_a_rabbitmq_node_that_died_before_writing_its_log_is_reported(tmp_path):
     assert result.stdout.strip() == "reported", result.stderr
     assert "RabbitMQ did not start: its boot failed" in result.stderr
     assert f"port {port} is taken by " in result.stderr and f"(pid {os.getpid()}" in result.stderr
+
+
+def test_bin_run_names_the_sites_port_and_its_holder_before_starting_anything(tmp_path):
+    from tests.checkout import clean_env, copy_checkout
+
+    checkout = copy_checkout(tmp_path / "checkout")
+    port = free_port()
+    with listen(port):
+        result = subprocess.run(
+            [checkout / "bin" / "run", "--no-worker"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            # A broker given: even a bin/run that missed the port would start no RabbitMQ of its own.
+            env=clean_env(PORT=str(port), NIGHTJAR_BROKER_URL="amqp://guest:guest@127.0.0.1:9/%2F"),
+            cwd=checkout,
+        )
+    assert result.returncode != 0
+    assert f"The site (gunicorn) cannot start: port {port} is taken by " in result.stderr, result.stderr
+    assert f"(pid {os.getpid()}" in result.stderr
+    assert not (checkout / "db.sqlite3").exists()  # it stopped before anything: not even a migration
