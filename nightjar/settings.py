@@ -266,6 +266,8 @@ LOGGING = {
 NIGHTJAR_REGISTRATIONS_PER_MINUTE = envint("NIGHTJAR_REGISTRATIONS_PER_MINUTE", 30)
 # Scans one staff user may send the door a minute, each scan of a sync counted (0: no limit).
 NIGHTJAR_DOOR_SCANS_PER_MINUTE = envint("NIGHTJAR_DOOR_SCANS_PER_MINUTE", 120)
+# Failed sign-ins a minute per client address and per username (nightjar/signin.py; 0: no limit).
+NIGHTJAR_SIGNIN_FAILURES_PER_MINUTE = envint("NIGHTJAR_SIGNIN_FAILURES_PER_MINUTE", 10)
 
 # The operations desk. A running worker rewrites its row this often (0: it
 # does not report), and is shown as gone when not seen for this long.
