@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from nightjar_delivery import records
 from nightjar_delivery.sql import execute, execute_and_commit, stored_now, vendor
+from tickets import signals
 from tickets.contract import MAX_NAME_CODE_POINTS, format_code
 
 
@@ -102,6 +103,8 @@ class Registration(models.Model):
     # When a waiting guest got a freed seat; audit's grace period runs from here (else from created).
     promoted = models.DateTimeField(null=True, blank=True)
     cancelled = models.DateTimeField(null=True, blank=True)
+    # Optional: where the guest's mails go (mail/); empty for no mail.
+    email = models.EmailField("e-mail address", blank=True, default="")
 
     objects = RegistrationManager()
 
@@ -156,6 +159,8 @@ class TicketManager(models.Manager):
         fewer per batch)."""
         if not tickets:
             return
+        # Before the INSERT, which may go with the COMMIT: receivers write in this transaction.
+        signals.tickets_issued.send(sender=self.model, registration_ids=[pk for pk, _ in tickets])
         table, now, secrets_ = self.model._meta.db_table, stored_now(), new_secrets(len(tickets))
         if vendor() == "postgresql":
             # Arrays, as in insert_new: three parameters whatever the batch's size.

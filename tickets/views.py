@@ -74,7 +74,9 @@ def evening(request):
         if form.is_valid():
             try:
                 registration = register_guest(
-                    name=form.cleaned_data["name"], submission_key=form.cleaned_data["submission_key"] or None
+                    name=form.cleaned_data["name"],
+                    submission_key=form.cleaned_data["submission_key"] or None,
+                    email=form.cleaned_data["email"],
                 )
             except SubmissionConflict as error:
                 form.add_error("name", str(error))

@@ -1,0 +1,54 @@
+"""The outbox's side of each fact: a guest's mail stored in the SAME
+transaction as the fact it tells of (tickets/signals.py is sent inside it):
+the ticket issued, the place on the waiting list, the seat given, the
+cancellation. A rolled-back fact leaves no mail; a committed one leaves a row
+the sender finds however long it was down. Only registrations with an
+address get mail."""
+
+from django.db import connection
+from django.dispatch import receiver
+
+from mail.models import Kind, Mail
+from tickets import signals
+from tickets.models import Registration
+from tickets.services.seats import waiting_place
+
+
+def store_mails(kind: str, registrations: list[tuple[int, str]], *, place: int | None = None) -> list[Mail]:
+    """One mail of `kind` per (registration id, address), in the caller's transaction."""
+    mails = [Mail(registration_id=pk, address=address, kind=kind, place=place) for pk, address in registrations]
+    return Mail.objects.bulk_create(mails) if mails else []
+
+
+def addresses(registration_ids: list[int]) -> list[tuple[int, str]]:
+    """(id, address) of those registrations that have one. Plain SQL: the
+    worker asks this for every ticket or batch it issues, and the ORM would
+    compile the query anew each time."""
+    ids = sorted(set(registration_ids))
+    table = Registration._meta.db_table
+    marks = ", ".join(["%s"] * len(ids))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, email FROM {table} WHERE id IN ({marks}) AND email <> '' ORDER BY id", ids)
+        return cursor.fetchall()
+
+
+@receiver(signals.tickets_issued)
+def ticket_issued(sender, registration_ids: list[int], **kwargs) -> None:
+    store_mails(Kind.TICKET, addresses(registration_ids))
+
+
+@receiver(signals.registration_waiting)
+def waiting(sender, registration: Registration, **kwargs) -> None:
+    if registration.email:
+        store_mails(Kind.WAITING, [(registration.pk, registration.email)], place=waiting_place(registration))
+
+
+@receiver(signals.seats_given)
+def seats_given(sender, registrations: list[Registration], **kwargs) -> None:
+    store_mails(Kind.SEAT, [(r.pk, r.email) for r in registrations if r.email])
+
+
+@receiver(signals.registration_cancelled)
+def cancelled(sender, registration: Registration, **kwargs) -> None:
+    if registration.email:
+        store_mails(Kind.CANCELLED, [(registration.pk, registration.email)])
