@@ -62,3 +62,14 @@ class Mail(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} for {self.registration.code} ({self.state})"
+
+    @property
+    def for_guest(self) -> str:
+        """Where the mail stands, as the guest's page says it."""
+        if self.state == State.SENT:
+            return "sent"
+        if self.state == State.FAILED:
+            return f"could not be delivered: the mail server said “{self.last_reply}”"
+        if self.state == State.RETRYING:
+            return "not sent yet: the mail server asked us to try again later"
+        return "about to be sent"

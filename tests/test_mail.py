@@ -191,3 +191,34 @@ def test_without_a_mail_server_mails_are_written_as_files(settings, tmp_path):
     assert outcome.state == State.SENT and outcome.reply == f"Written to {path}"
     assert path.name == f"{guest.code}-ticket-{outcome.mail.pk}.eml"
     assert f"Message-ID: {outcome.mail.message_id}".encode() in path.read_bytes()
+
+
+def test_the_form_takes_an_optional_address_validated_as_django_validates_email(client):
+    page = client.get(reverse("evening"))
+    assert b'type="email"' in page.content and b"E-mail (optional)" in page.content
+    key = page.context["form"]["submission_key"].value()
+    refused = client.post(reverse("evening"), {"name": "Ada", "email": "not an address", "submission_key": key})
+    assert refused.status_code == 200 and b"Please enter an e-mail address" in refused.content
+    assert Registration.objects.count() == 0
+    key = refused.context["form"].data["submission_key"]
+    client.post(reverse("evening"), {"name": "Ada", "email": "ada@example.org", "submission_key": key})
+    client.post(reverse("evening"), {"name": "Bo", "email": "", "submission_key": "another-key"})
+    assert list(Registration.objects.values_list("name", "email")) == [("Ada", "ada@example.org"), ("Bo", "")]
+
+
+def test_the_guests_page_shows_the_address_and_whether_the_mail_went_out(client, smtp):
+    guest = register_guest(name="Ada", email="ada@example.org")
+    page = reverse("registration", args=[guest.code, guest.secret])
+    assert b"Mail for this registration goes to <strong>ada@example.org</strong>" in client.get(page).content
+    drain()
+    assert "Your ticket: about to be sent." in client.get(page).content.decode()
+    smtp.rules.rcpt["*"] = "550 5.1.1 Mailbox unavailable"
+    send_due()
+    assert "Your ticket: could not be delivered: the mail server said “550 5.1.1 Mailbox unavailable”." in (
+        client.get(page).content.decode()
+    )
+    plain = register_guest(name="Bo")
+    assert (
+        b"Mail for this registration"
+        not in client.get(reverse("registration", args=[plain.code, plain.secret])).content
+    )
