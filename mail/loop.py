@@ -30,9 +30,11 @@ class SenderLoop:
         self.health_failures = 0
 
     def take_pass(self) -> int:
-        """Claim what is due and send it, one mail at a time; how many were claimed."""
+        """Claim one due mail and send it; how many were claimed. One at a
+        time: a lease covers one attempt, however slow the server is with
+        the mails claimed before it."""
         close_old_connections()
-        mails = claim_due()
+        mails = claim_due(limit=1)
         for index, mail in enumerate(mails):
             if self.shutdown:
                 release(mails[index:])

@@ -8,7 +8,6 @@ import pytest
 from django.db import transaction
 from django.urls import reverse
 
-from devtools.mailserver import MailServer
 from mail import sender
 from mail.models import Kind, Mail, State
 from tests.test_seats import drain
@@ -19,17 +18,6 @@ from tickets.services.registrations import register_guest
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
 
 STAFF = "organiser (test)"
-
-
-@pytest.fixture
-def smtp(settings):
-    """A real SMTP server the sender is pointed at; retries due at once."""
-    with MailServer() as server:
-        settings.NIGHTJAR_SMTP_HOST, settings.NIGHTJAR_SMTP_PORT = server.host, server.port
-        settings.NIGHTJAR_SMTP_TIMEOUT = 2.0
-        settings.NIGHTJAR_MAIL_RETRY_SECONDS = 0
-        settings.NIGHTJAR_SITE_URL = "https://nightjar.example.org"
-        yield server
 
 
 def send_due() -> list[sender.Outcome]:
@@ -222,3 +210,12 @@ def test_the_guests_page_shows_the_address_and_whether_the_mail_went_out(client,
         b"Mail for this registration"
         not in client.get(reverse("registration", args=[plain.code, plain.secret])).content
     )
+
+
+def test_a_lease_shorter_than_one_attempt_is_a_warning(settings):
+    from mail.checks import lease_outlasts_an_attempt
+
+    settings.NIGHTJAR_SMTP_TIMEOUT, settings.NIGHTJAR_MAIL_LEASE_SECONDS = 10, 120
+    assert lease_outlasts_an_attempt(None) == []
+    settings.NIGHTJAR_MAIL_LEASE_SECONDS = 60
+    assert [warning.id for warning in lease_outlasts_an_attempt(None)] == ["mail.W003"]

@@ -30,6 +30,8 @@ PRODUCTION_ENV = {
     "DJANGO_SECRET_KEY": "a-long-random-production-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
     "DJANGO_DEBUG": "0",
     "DJANGO_ALLOWED_HOSTS": "nightjar.example.org",
+    "NIGHTJAR_SMTP_HOST": "mail.example.org",
+    "NIGHTJAR_SITE_URL": "https://nightjar.example.org",
 }
 
 
@@ -53,6 +55,14 @@ def test_check_deploy_flags_a_missing_secret_key():
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert result.returncode != 0
     assert "security.W009" in result.stderr
+
+
+@pytest.mark.system
+def test_check_deploy_fails_when_production_would_send_guests_mail_nowhere():
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k not in ("NIGHTJAR_SMTP_HOST", "NIGHTJAR_SITE_URL")}
+    result = manage("check", "--deploy", env=env)
+    assert result.returncode != 0
+    assert "mail.E001" in result.stderr and "mail.E002" in result.stderr
 
 
 @pytest.mark.system

@@ -43,8 +43,7 @@ class Command(BaseCommand):
                     metrics.serve(options["metrics_port"], options["metrics_address"])
                 except (OSError, RuntimeError) as error:
                     raise CommandError(f"Cannot serve metrics: {error}", returncode=USAGE) from None
-            self.stdout.write(f"Sending mail to {where} until stopped.")
-            loop.serve()
+            loop.serve()  # says nothing until a mail goes (bin/run's last lines stay its own)
             self.stdout.write(f"Stopped; {loop.sent} sent.")
             return
         sent = loop.drain()
