@@ -5,10 +5,14 @@ cancellation. A rolled-back fact leaves no mail; a committed one leaves a row
 the sender finds however long it was down. Only registrations with an
 address get mail."""
 
-from django.db import connection
-from django.dispatch import receiver
+from dataclasses import dataclass
 
-from mail.models import Kind, Mail
+from django.db import connection
+from django.db.models import Count
+from django.dispatch import receiver
+from django.utils import timezone
+
+from mail.models import Kind, Mail, State
 from tickets import signals
 from tickets.models import Registration
 from tickets.services.seats import waiting_place
@@ -52,3 +56,39 @@ def seats_given(sender, registrations: list[Registration], **kwargs) -> None:
 def cancelled(sender, registration: Registration, **kwargs) -> None:
     if registration.email:
         store_mails(Kind.CANCELLED, [(registration.pk, registration.email)])
+
+
+@dataclass
+class OutboxCounts:
+    """The outbox at one moment: {state: {kind: count}} and the totals per state."""
+
+    by_state: dict[str, dict[str, int]]
+
+    def total(self, state: str) -> int:
+        return sum(self.by_state[state].values())
+
+
+def outbox_counts() -> OutboxCounts:
+    """Mails per state and kind (the desk): one GROUP BY."""
+    by_state = {state: dict.fromkeys(Kind.values, 0) for state in State.values}
+    for state, kind, count in Mail.objects.order_by().values_list("state", "kind").annotate(n=Count("pk")):
+        by_state[state][kind] = count
+    return OutboxCounts(by_state=by_state)
+
+
+@dataclass
+class MailActivity:
+    start: object  # the first bucket's start (a datetime)
+    stored: list[int]
+    sent: list[int]
+
+
+def mail_activity(*, window, bucket_seconds: int) -> MailActivity:
+    """Mails stored and sent per bucket over the window (the desk's chart)."""
+    start = timezone.now() - window
+    count = int(window.total_seconds() // bucket_seconds)
+    stored, sent = [0] * count, [0] * count
+    for field, values in (("created", stored), ("sent", sent)):
+        for moment in Mail.objects.filter(**{f"{field}__gte": start}).values_list(field, flat=True):
+            values[min(count - 1, int((moment - start).total_seconds() // bucket_seconds))] += 1
+    return MailActivity(start=start, stored=stored, sent=sent)

@@ -219,3 +219,66 @@ def test_a_lease_shorter_than_one_attempt_is_a_warning(settings):
     assert lease_outlasts_an_attempt(None) == []
     settings.NIGHTJAR_MAIL_LEASE_SECONDS = 60
     assert [warning.id for warning in lease_outlasts_an_attempt(None)] == ["mail.W003"]
+
+
+OUTBOX = "/admin/mail/mail/"
+
+
+def failed_ticket_mail(smtp) -> Mail:
+    guest = register_guest(name="Ada Bounce", email="ada@example.org")
+    drain()
+    smtp.rules.rcpt["*"] = "550 5.1.1 Mailbox unavailable"
+    send_due()
+    smtp.rules.rcpt.clear()
+    return guest.mails.get()
+
+
+def test_staff_resend_a_failed_mail_after_a_plan_with_a_trail(staff, smtp):
+    from tickets.models import StaffAction
+
+    failed = failed_ticket_mail(smtp)
+    plan = staff.post(OUTBOX, {"action": "resend", "_selected_action": [failed.pk]}).content.decode()
+    assert "Yes, send again" in plan
+    assert f"{failed.registration.code}: your ticket again to ada@example.org (the last one failed: 550 5.1.1" in plan
+    assert Mail.objects.count() == 1  # nothing changed yet
+    done = staff.post(OUTBOX, {"action": "resend", "_selected_action": [failed.pk], "confirm": "resend"}, follow=True)
+    assert "your ticket stored again for ada@example.org" in done.content.decode()
+    new = Mail.objects.exclude(pk=failed.pk).get()
+    assert (new.kind, new.state, new.address) == (Kind.TICKET, State.WAITING, "ada@example.org")
+    assert new.message_id != failed.message_id and Mail.objects.get(pk=failed.pk).state == State.FAILED
+    trail = StaffAction.objects.get(action="resend mail")
+    assert trail.actor == "desk (admin)" and trail.registration_id == failed.registration_id
+    # Still being sent: refused with its reason, nothing stored.
+    again = staff.post(OUTBOX, {"action": "resend", "_selected_action": [new.pk]}).content.decode()
+    assert "None of the selected mails can be sent again." in again
+    assert f"{failed.registration.code}&#x27;s your ticket mail is still being sent (waiting)." in again
+    assert [outcome.state for outcome in send_due()] == [State.SENT] and Mail.objects.count() == 2
+
+
+def test_a_resend_without_its_permission_changes_nothing(client, smtp):
+    from django.contrib.auth.models import Permission, User
+
+    failed = failed_ticket_mail(smtp)
+    clerk = User.objects.create_user("clerk", password="x", is_staff=True)
+    clerk.user_permissions.add(*Permission.objects.filter(codename__in=["view_mail", "view_registration"]))
+    client.force_login(clerk)
+    listing = client.get(OUTBOX).content.decode()
+    assert "Send again" not in listing and "550 5.1.1 Mailbox unavailable" in listing
+    forged = {"action": "resend", "_selected_action": [failed.pk], "confirm": "resend"}
+    client.post(OUTBOX, forged, follow=True)
+    assert Mail.objects.count() == 1
+    clerk.user_permissions.add(Permission.objects.get(codename="resend_mail"))
+    clerk = User.objects.get(pk=clerk.pk)  # permissions are cached per user object
+    client.force_login(clerk)
+    client.post(OUTBOX, forged, follow=True)
+    assert Mail.objects.count() == 2
+
+
+def test_the_registration_page_and_the_desk_show_the_mails(staff, smtp):
+    failed = failed_ticket_mail(smtp)
+    page = staff.get(f"/admin/tickets/registration/{failed.registration_id}/change/").content.decode()
+    assert "mails to the guest" in page.lower() and "550 5.1.1 Mailbox unavailable" in page
+    desk = staff.get(reverse("admin:tickets_delivery_status")).content.decode()
+    assert "Mail to guests" in desk
+    assert '<span class="desk-number">1</span> failed' in desk
+    assert '<th scope="row">your ticket</th><td>0</td><td>0</td><td>0</td><td>1</td>' in desk
