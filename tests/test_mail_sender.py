@@ -1,7 +1,8 @@
-"""The mail sender as a real process (`manage.py send_mail --serve`) against a
-real SMTP server (devtools/mailserver.py): killed -9 inside the one window
-(the server has the mail, the sender has not recorded it), the copy carries
-the same Message-ID; competing senders send each mail once."""
+"""The mail sender as a real process (`manage.py send_mail`) against a real
+SMTP server (devtools/mailserver.py): a full evening through the guest's
+pages, a real worker and the sender, every mail once; killed -9 inside the
+one window (the server has the mail, the sender has not recorded it), the
+copy carries the same Message-ID; competing senders send each mail once."""
 
 import os
 import signal
@@ -12,11 +13,12 @@ import pytest
 
 from mail.models import Mail, State
 from tests.conftest import ROOT
-from tests.helpers import until
+from tests.helpers import submission_key, until
 from tests.test_seats import drain
+from tickets.services import seats
 from tickets.services.registrations import register_guest
 
-pytestmark = [pytest.mark.broker, pytest.mark.transport_free, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.broker, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
@@ -54,6 +56,7 @@ def guests_with_tickets(count: int) -> None:
     drain()
 
 
+@pytest.mark.transport_free
 def test_a_sender_killed_after_the_server_took_the_mail_sends_it_again_with_the_same_message_id(
     smtp, senders, tmp_path
 ):
@@ -79,6 +82,7 @@ def test_a_sender_killed_after_the_server_took_the_mail_sends_it_again_with_the_
     assert [received.message_id for received in smtp.received] == [mail.message_id, mail.message_id]
 
 
+@pytest.mark.transport_free
 @pytest.mark.postgres
 def test_competing_senders_send_each_mail_once(smtp, senders):
     guests_with_tickets(30)
@@ -90,3 +94,45 @@ def test_competing_senders_send_each_mail_once(smtp, senders):
     ids = [received.message_id for received in smtp.received]
     assert len(ids) == 30 and set(ids) == set(Mail.objects.values_list("message_id", flat=True))
     assert set(Mail.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_a_full_evening_told_by_mail_each_fact_once(client, smtp, workers, mail_env):
+    """The issue's "Done when": a guest registers with an address on a full
+    evening, another cancels, and the first finds "a seat is yours" and then
+    the ticket in the mail (the worker in batch mode: its handler's tickets tell too)."""
+    from tickets.models import Registration
+
+    seats.set_capacity(capacity=1, actor="organiser (test)")
+    for name in ("Ada Seated", "Bo Waiting"):
+        key = submission_key(client.get("/evening/").content.decode())
+        client.post(
+            "/evening/", {"name": name, "email": f"{name.split()[0].lower()}@example.org", "submission_key": key}
+        )
+    ada, bo = Registration.objects.order_by("pk")
+    assert (ada.seat, bo.seat) == ("confirmed", "waiting")
+    worked = workers.run("--drain", "--batch", "10")
+    assert worked.returncode == 0, worked.stdout + worked.stderr
+    client.post(f"/registrations/{ada.code}/{ada.secret}/cancel/")  # the guest cancels: Bo gets the seat
+    worked = workers.run("--drain", "--batch", "10")
+    assert worked.returncode == 0, worked.stdout + worked.stderr
+    sent = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "send_mail"],
+        env=mail_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sent.returncode == 0 and "5 sent to the mail server" in sent.stdout, sent.stdout + sent.stderr
+    subjects = {
+        address: [r.message["Subject"] for r in smtp.to(address)] for address in ("ada@example.org", "bo@example.org")
+    }
+    assert subjects == {
+        "ada@example.org": [f"Your ticket for the evening ({ada.code})", f"Your registration {ada.code} is cancelled"],
+        "bo@example.org": [
+            "You are on the waiting list (place 1)",
+            f"A seat is yours ({bo.code})",
+            f"Your ticket for the evening ({bo.code})",
+        ],
+    }
+    assert len({r.message_id for r in smtp.received}) == 5
+    assert "Your ticket: sent" in client.get(f"/registrations/{bo.code}/{bo.secret}/").content.decode()
