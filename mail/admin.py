@@ -8,7 +8,7 @@ from django.contrib import admin
 
 from mail.models import Mail
 from mail.staff import plan_resend, resend_mail
-from nightjar_delivery import admin_plans
+from nightjar_delivery import Plan, plan_then_apply
 from tickets.admin import ReadOnlyInline, RegistrationAdmin, actor
 from tickets.models import Registration
 from tickets.services.registrations import NightjarError
@@ -60,7 +60,7 @@ class MailAdmin(admin.ModelAdmin):
                 steps.append((plan_resend(mail), partial(self.resend_one, request, mail.pk)))
             except NightjarError as error:
                 refusals.append(str(error))
-        plan = admin_plans.Plan(
+        plan = Plan(
             action="resend",
             title="Send mails again",
             steps=steps,
@@ -72,7 +72,7 @@ class MailAdmin(admin.ModelAdmin):
             set_aside=refusals,
             set_aside_heading="Not resent:",
         )
-        return admin_plans.plan_then_apply(self, request, plan)
+        return plan_then_apply(self, request, plan)
 
     def resend_one(self, request, mail_id: int) -> str:
         mail = resend_mail(mail_id=mail_id, actor=actor(request))

@@ -282,3 +282,18 @@ def test_the_registration_page_and_the_desk_show_the_mails(staff, smtp):
     assert "Mail to guests" in desk
     assert '<span class="desk-number">1</span> failed' in desk
     assert '<th scope="row">your ticket</th><td>0</td><td>0</td><td>0</td><td>1</td>' in desk
+
+
+def test_the_desk_metrics_count_the_outbox_and_the_sender_counts_its_attempts(staff, smtp):
+    from mail.metrics import ATTEMPTS
+    from tests.test_desk import samples
+
+    failed_ticket_mail(smtp)
+    register_guest(name="Bo", email="bo@example.org")
+    drain()
+    after = samples(staff.get("/metrics").content.decode())
+    assert after[("nightjar_mails", (("kind", "ticket"), ("state", "failed")))] == 1
+    assert after[("nightjar_mails", (("kind", "ticket"), ("state", "waiting")))] == 1
+    before = ATTEMPTS.labels("ticket", "sent")._value.get()
+    send_due()
+    assert ATTEMPTS.labels("ticket", "sent")._value.get() == before + 1

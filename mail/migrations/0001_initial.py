@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ("tickets", "0007_registration_email"),
+        ("tickets", "0008_registration_email"),
     ]
 
     operations = [

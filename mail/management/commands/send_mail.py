@@ -2,8 +2,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from mail import conf, metrics
 from mail.loop import SenderLoop
+from nightjar_delivery import exits
 
-USAGE = 2  # the exit status of a wrong command line, as the engine's commands
+USAGE = exits.USAGE  # a wrong command line, as the engine's commands
 
 
 class Command(BaseCommand):
@@ -43,6 +44,7 @@ class Command(BaseCommand):
                     metrics.serve(options["metrics_port"], options["metrics_address"])
                 except (OSError, RuntimeError) as error:
                     raise CommandError(f"Cannot serve metrics: {error}", returncode=USAGE) from None
+                self.stdout.write(f"Metrics on http://{options['metrics_address']}:{options['metrics_port']}/metrics")
             loop.serve()  # says nothing until a mail goes (bin/run's last lines stay its own)
             self.stdout.write(f"Stopped; {loop.sent} sent.")
             return

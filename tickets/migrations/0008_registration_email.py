@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tickets', '0006_seats'),
+        ('tickets', '0007_parked_automatic_requeue'),
     ]
 
     operations = [
