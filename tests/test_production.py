@@ -172,7 +172,7 @@ def test_guest_secrets_never_reach_the_logs():
 def test_docker_compose_describes_every_service_with_what_it_needs():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"rabbitmq", "postgres", "migrate", "web", "worker"}
+    assert set(services) == {"rabbitmq", "postgres", "migrate", "web", "worker", "mail"}
     assert services["rabbitmq"]["image"].startswith("rabbitmq:") and "management" in services["rabbitmq"]["image"]
     assert services["postgres"]["image"].startswith("postgres:")
     for name in ("rabbitmq", "postgres", "web"):
@@ -190,6 +190,8 @@ def test_docker_compose_describes_every_service_with_what_it_needs():
         assert services[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
     assert services["worker"]["command"][:4] == ["python", "manage.py", "worker", "--serve"]
     assert services["worker"]["stop_signal"] == "SIGTERM"
+    assert services["mail"]["command"][:4] == ["python", "manage.py", "send_mail", "--serve"]
+    assert services["mail"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "requirements.txt" in dockerfile and "collectstatic" in dockerfile
 
@@ -251,6 +253,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
         ("nightjar-web.service", "nightjar-web.service"),
         ("nightjar-worker@.service", "nightjar-worker@1.service"),
         ("nightjar-tasks-worker@.service", "nightjar-tasks-worker@1.service"),
+        ("nightjar-mail.service", "nightjar-mail.service"),
     ):
         text = (ROOT / "deploy" / name).read_text()
         assert "/srv/nightjar" in text
@@ -264,6 +267,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     # A task body may end its worker with status 0 (os._exit(0)): restarted on any exit.
     tasks_worker = (ROOT / "deploy" / "nightjar-tasks-worker@.service").read_text()
     assert "manage.py worker --channel tasks --serve" in tasks_worker and "\nRestart=always\n" in tasks_worker
+    assert "manage.py send_mail --serve" in (ROOT / "deploy" / "nightjar-mail.service").read_text()
 
 
 @pytest.mark.system
