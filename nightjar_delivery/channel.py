@@ -41,7 +41,7 @@ is named by an integer key. A message is the user's checked form of a body
 import abc
 import getpass
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
@@ -54,6 +54,12 @@ from nightjar_delivery.transport import Delivery
 
 if TYPE_CHECKING:
     from nightjar_delivery import records  # models: imported at run time once the app registry is ready
+
+
+class Observer(Protocol):
+    """What Channel.latency is: a histogram (nightjar_delivery.metrics.Histogram)."""
+
+    def observe(self, amount: float) -> None: ...
 
 
 class HandlerError(Exception):
@@ -188,7 +194,7 @@ class Channel(abc.ABC):
         only; False: a redelivery's latency is not observed)."""
         return False
 
-    latency = None  # a histogram of stored -> done seconds (the worker observes it), or None
+    latency: "Observer | None" = None  # a histogram of stored -> done seconds (the worker observes it)
 
     def load_handler(self, spec: str) -> Callable:
         """The handle(message, ack, pause) function spec names; raise HandlerError."""
