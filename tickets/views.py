@@ -14,7 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
 from nightjar.ratelimit import over_limit
-from nightjar_delivery.health import dependency_health
+from nightjar_delivery import dependency_health
 from tickets import pdf
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration, Seat
