@@ -190,7 +190,7 @@ if DATABASE_URL:
     except ValueError as error:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
 else:
-    _database = {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}
+    _database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(BASE_DIR / "db.sqlite3")}
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     _database["OPTIONS"] = {**sqlite_options(), **_database.get("OPTIONS", {})}
     # Tests run workers as separate processes, so the test database must be
