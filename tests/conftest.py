@@ -41,6 +41,7 @@ from django.conf import settings
 from django.db import connection
 
 from devtools import web
+from devtools.mailserver import MailServer
 from devtools.ports import free_port
 from nightjar_delivery import transport
 from nightjar_delivery.transport import memory
@@ -428,3 +429,15 @@ def workers(worker_env):
     pool = Workers(worker_env)
     yield pool
     pool.stop_all()
+
+
+@pytest.fixture
+def smtp(settings):
+    """A real SMTP server (aiosmtpd, a thread of this process) that the mail
+    sender is pointed at, here and in worker_env's processes; retries due at once."""
+    with MailServer() as server:
+        settings.NIGHTJAR_SMTP_HOST, settings.NIGHTJAR_SMTP_PORT = server.host, server.port
+        settings.NIGHTJAR_SMTP_TIMEOUT = 2.0
+        settings.NIGHTJAR_MAIL_RETRY_SECONDS = 0
+        settings.NIGHTJAR_SITE_URL = "https://nightjar.example.org"
+        yield server
