@@ -15,8 +15,7 @@ from django.utils import timezone
 
 from desk import charts
 from door.services import arrivals
-from nightjar_delivery import transport
-from nightjar_delivery.health import describe_replicas
+from nightjar_delivery import describe_replicas, transport
 from nightjar_tasks import summary as tasks_summary
 from tickets.admin import actor
 from tickets.models import Registration

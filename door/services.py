@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from door.models import MAX_PAYLOAD, CheckIn, Scan, TicketDigest, digest
-from nightjar_delivery.codec import storable_text
+from nightjar_delivery import storable_text
 from tickets.models import Registration, Seat, Ticket
 from tickets.services.registrations import NightjarError
 from tickets.services.staff import record_staff_action

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from door import conf, services
 from nightjar.ratelimit import count
-from nightjar_delivery.codec import ContractError, load_json
+from nightjar_delivery import ContractError, load_json
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from django.contrib import admin
 
 from nightjar.models import StaffSession
 from nightjar.staffsessions import describe, end_staff_session
-from nightjar_delivery import admin_plans
+from nightjar_delivery import Plan, plan_then_apply
 
 
 @admin.register(StaffSession)
@@ -37,7 +37,7 @@ class StaffSessionAdmin(admin.ModelAdmin):
     def end_sessions(self, request, queryset):
         chosen = list(queryset.select_related("user").order_by("-last_seen")[:200])
         who = f"{request.user.get_username()} (admin)"
-        plan = admin_plans.Plan(
+        plan = Plan(
             action="end_sessions",
             title="End staff sessions",
             steps=[(f"End {describe(s)}", partial(end_staff_session, token=s.token, actor=who)) for s in chosen],
@@ -46,4 +46,4 @@ class StaffSessionAdmin(admin.ModelAdmin):
             button="Yes, end them",
             note="Whoever holds such a session is signed out at their next request, and must sign in again.",
         )
-        return admin_plans.plan_then_apply(self, request, plan)
+        return plan_then_apply(self, request, plan)

@@ -8,7 +8,7 @@ message that does not stop the others:
 
     @admin.action(description="Requeue: publish again", permissions=["change"])
     def requeue(self, request, queryset):
-        steps = [(f"{p.code}: publish again", partial(requeue_parked, code=p.code, actor=...)) for p in ...]
+        steps = [(f"{p.code}: publish again", partial(requeue_parked, p.registration, actor=...)) for p in ...]
         return admin_plans.plan_then_apply(self, request, admin_plans.Plan(
             action="requeue", title="Requeue parked deliveries", steps=steps,
             selected=[p.pk for p in queryset], nothing="Nothing to requeue."))

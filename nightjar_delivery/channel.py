@@ -9,12 +9,14 @@ derived from those models (override one to answer faster or otherwise):
 
     # myapp/apps.py
     def ready(self):
-        from nightjar_delivery import channel
+        from nightjar_delivery import register
         from myapp.channel import OrdersChannel
-        channel.register(OrdersChannel)  # refused, naming what is missing, when incomplete
+        register(OrdersChannel)  # refused, naming what is missing, when incomplete
 
 Several channels may be registered, each with its own unique `name` and its
-own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`):
+own `queue` (the transport derives the dead-letter queue from it: `<queue>.dead`).
+The registry (a user reaches `register` and `get` as nightjar_delivery.register
+and nightjar_delivery.get_channel; the rest is the engine's):
 
 - `register(ch)`: add a channel (a class or an instance); ImproperlyConfigured
   naming what is missing, ValueError for a name already taken by another.
@@ -110,7 +112,7 @@ class Channel(abc.ABC):
         self, messages: list, rejections: list[tuple[Delivery, str]], ack_all: Callable, pause, stored: dict
     ):
         """Batch mode: handle the checked messages and record the rejections
-        (recording.record_rejection(..., user=self)) in one transaction, then
+        (recording.record_rejection(..., channel=self)) in one transaction, then
         call ack_all(). Returns the keys done now. stored: what `stored`
         returned for the batch's keys, read by the screen just before (outside
         the transaction): the user may take its rows from there rather than
@@ -232,6 +234,13 @@ class Channel(abc.ABC):
                 actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
             )
 
+    def on_requeue(self, intent) -> None:  # noqa: B027 (a hook: nothing by default)
+        """Staff requeued this parked intent: make it deliverable again, inside
+        requeue_parked's transaction, before it is published after the commit
+        (e.g. a failed task back to ready with a fresh retry budget). By
+        default nothing: a parked intent is pending again once its parked
+        record is resolved."""
+
     def actor(self, command: str) -> str:
         """Who a command-line staff action is recorded as."""
         try:
@@ -254,23 +263,23 @@ class Channel(abc.ABC):
         }
 
 
-def problems(user: "Channel | type[Channel]") -> list[str]:
+def problems(channel: "Channel | type[Channel]") -> list[str]:
     """What keeps a channel (or its class) from serving, each in a few words; [] when complete."""
     from nightjar_delivery import records  # models: imported once the app registry is ready
 
-    kind = user if isinstance(user, type) else type(user)
+    kind = channel if isinstance(channel, type) else type(channel)
     found = []
     if kind.__abstractmethods__:
         found.append(f"it does not define {', '.join(sorted(kind.__abstractmethods__))}")
-    if not user.name:
+    if not channel.name:
         found.append("its name is empty")
-    if not isinstance(user, type) and not (isinstance(user.queue, str) and user.queue.strip()):
+    if not isinstance(channel, type) and not (isinstance(channel.queue, str) and channel.queue.strip()):
         found.append("its queue is empty")
-    intent = user.intent_model
+    intent = channel.intent_model
     if not (isinstance(intent, type) and issubclass(intent, models.Model)):
         found.append("intent_model is not set to a model")
         intent = None
-    if not user.intent_field:
+    if not channel.intent_field:
         found.append("intent_field is not set")
     for attribute, abstract in [
         ("rejected_model", records.AbstractRejectedMessage),
@@ -279,20 +288,20 @@ def problems(user: "Channel | type[Channel]") -> list[str]:
         ("parked_model", records.AbstractParkedDelivery),
         ("worker_report_model", records.AbstractWorkerReport),
     ]:
-        model = getattr(user, attribute)
+        model = getattr(channel, attribute)
         if not (isinstance(model, type) and issubclass(model, abstract)):
             found.append(f"{attribute} is not a subclass of records.{abstract.__name__}")
-        elif intent is not None and user.intent_field and abstract is not records.AbstractWorkerReport:
+        elif intent is not None and channel.intent_field and abstract is not records.AbstractWorkerReport:
             try:
-                related = model._meta.get_field(user.intent_field).related_model
+                related = model._meta.get_field(channel.intent_field).related_model
             except FieldDoesNotExist:
                 related = None
             if related is not intent:
-                found.append(f"{attribute} has no foreign key {user.intent_field!r} to {intent.__name__}")
+                found.append(f"{attribute} has no foreign key {channel.intent_field!r} to {intent.__name__}")
     derived = [m for m in ("stored", "pending", "pending_count") if getattr(kind, m) is getattr(Channel, m)]
     if derived and intent is not None:
         try:
-            intent._meta.get_field(user.intent_time_field)
+            intent._meta.get_field(channel.intent_time_field)
         except FieldDoesNotExist:
             found.append(f"intent_time_field names no field of {intent.__name__} (the default {derived[0]}() reads it)")
     return found

@@ -82,17 +82,17 @@ def management_api_over_plain_http(app_configs, **kwargs):
 def channels_have_queues_of_their_own(app_configs, **kwargs):
     """Two channels on one queue would take each other's deliveries (and
     reject them as broken bodies): each registered channel needs its own."""
-    from nightjar_delivery import channel
+    from nightjar_delivery import channel as channels
 
     by_queue: dict[str, list[str]] = {}
     errors = []
-    for user in channel.all():
-        if user.queue.strip():
-            by_queue.setdefault(user.queue, []).append(user.name)
+    for channel in channels.all():
+        if channel.queue.strip():
+            by_queue.setdefault(channel.queue, []).append(channel.name)
         else:  # a setting emptied after start-up (register() refuses an empty one)
             errors.append(
                 checks.Error(
-                    f"The queue of the delivery channel {user.name} is empty.",
+                    f"The queue of the delivery channel {channel.name} is empty.",
                     hint="Leave its setting unset for the default.",
                     id="nightjar.E002",
                 )
@@ -107,10 +107,10 @@ def channels_have_queues_of_their_own(app_configs, **kwargs):
         if len(names) > 1
     ]
     default = conf.NIGHTJAR_DEFAULT_CHANNEL
-    if default and default not in {user.name for user in channel.all()}:
+    if default and default not in {channel.name for channel in channels.all()}:
         errors.append(
             checks.Error(
-                f"NIGHTJAR_DEFAULT_CHANNEL names no registered delivery channel ({default!r}; registered: {channel.names()}).",
+                f"NIGHTJAR_DEFAULT_CHANNEL names no registered delivery channel ({default!r}; registered: {channels.names()}).",
                 hint="Name one of them, or leave it unset when one channel is registered.",
                 id="nightjar.E006",
             )

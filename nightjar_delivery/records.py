@@ -70,6 +70,9 @@ class AbstractParkedDelivery(models.Model):
     resolution = models.CharField(max_length=20, choices=RESOLUTIONS, blank=True)
     resolved_by = models.CharField(max_length=150, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # Not parked for staff: the dead-letter collector published it again after
+    # interruptions alone (reconcile.REPUBLISHES_AFTER_INTERRUPTIONS counts these).
+    automatic_requeue = models.BooleanField(default=False)
 
     objects = ParkedManager()
 

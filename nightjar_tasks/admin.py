@@ -13,7 +13,7 @@ from django.contrib import admin
 from django.db.models import Exists, OuterRef
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import admin_plans, channel, reconcile
+from nightjar_delivery import Plan, discard_parked, get_channel, plan_then_apply, requeue_parked
 from nightjar_tasks import conf
 from nightjar_tasks.models import TaskParked, TaskRecord, TaskStaffAction
 
@@ -137,11 +137,11 @@ class TaskRecordAdmin(admin.ModelAdmin):
 
     @admin.action(description="Requeue: run the parked task again (a fresh retry budget)", permissions=["requeue"])
     def requeue(self, request, queryset):
-        return self.plan(request, queryset, "requeue", reconcile.requeue_parked, "run again")
+        return self.plan(request, queryset, "requeue", requeue_parked, "run again")
 
     @admin.action(description="Discard: give up on the parked task", permissions=["discard"])
     def discard(self, request, queryset):
-        return self.plan(request, queryset, "discard", reconcile.discard_parked, "give up on (it stays FAILED)")
+        return self.plan(request, queryset, "discard", discard_parked, "give up on (it stays FAILED)")
 
     def plan(self, request, queryset, action: str, service, what: str):
         """The plan first (which tasks, what happens; those not parked are
@@ -149,10 +149,10 @@ class TaskRecordAdmin(admin.ModelAdmin):
         chosen = list(queryset.order_by("enqueued_at", "pk"))
 
         def change(record) -> str:
-            service(channel.get(conf.channel_name(record.queue_name)), code=str(record.pk), actor=actor(request))
+            service(get_channel(conf.channel_name(record.queue_name)), record, actor=actor(request))
             return f"task {record.pk}: {action}d."
 
-        plan = admin_plans.Plan(
+        plan = Plan(
             action=action,
             title=f"{action.capitalize()} parked tasks",
             steps=[(f"task {r.pk} ({r.task_path}): {what}", partial(change, r)) for r in chosen if r.is_parked],
@@ -161,7 +161,7 @@ class TaskRecordAdmin(admin.ModelAdmin):
             set_aside=[f"task {r.pk} ({r.task_path}, {r.status})" for r in chosen if not r.is_parked],
             set_aside_heading="Not parked, left alone:",
         )
-        return admin_plans.plan_then_apply(self, request, plan)
+        return plan_then_apply(self, request, plan)
 
 
 @admin.register(TaskStaffAction)

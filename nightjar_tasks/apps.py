@@ -11,9 +11,9 @@ class NightjarTasksConfig(AppConfig):
         from nightjar_tasks import channel, checks  # noqa: F401 (checks registers itself)
 
         channel.register_channels()
-        from nightjar_delivery import metrics as engine_metrics
+        from nightjar_delivery import METRICS_AVAILABLE, add_desk_collector
 
-        if engine_metrics.AVAILABLE:  # the [prometheus] extra
+        if METRICS_AVAILABLE:  # the [prometheus] extra
             from nightjar_tasks.metrics import TaskPathCollector
 
-            engine_metrics.add_desk_collector(TaskPathCollector())  # the desk's /metrics, per task path
+            add_desk_collector(TaskPathCollector())  # the desk's /metrics, per task path

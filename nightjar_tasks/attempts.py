@@ -16,11 +16,11 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery.codec import storable_text
+from nightjar_delivery import get_channel, park, storable_text
 from nightjar_tasks import backend as backends
-from nightjar_tasks import compat, limits
+from nightjar_tasks import compat, conf, limits
 from nightjar_tasks.compat import TaskContext, TaskResultStatus, get_exception_traceback, get_module_path
-from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord
+from nightjar_tasks.models import TaskFailure, TaskRecord
 
 SENDER = backends.NightjarBackend
 
@@ -134,15 +134,12 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str, *
         )
         if tries >= options["max_attempts"]:
             row.status, row.finished_at = TaskResultStatus.FAILED, now
-            TaskParked.objects.create(
-                task=row,
-                reason=storable_text(
-                    f"{row.task_path} raised {type(error).__name__}: {first_line} (worker {me}); failed {tries} times",
-                    max_bytes=1200,
-                )[:300],
+            park(
+                row,
+                reason=f"{row.task_path} raised {type(error).__name__}: {first_line} (worker {me}); failed {tries} times",
                 attempts=tries,
-                body_excerpt=storable_text(row.task_path, max_bytes=2048),
-                body_sha256="",
+                excerpt=row.task_path,
+                channel=get_channel(conf.channel_name(row.queue_name)),
             )
         else:
             row.status = TaskResultStatus.READY

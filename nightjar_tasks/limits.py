@@ -28,7 +28,7 @@ from _signal import getsignal as _handler_now
 
 from django.db import connections
 
-from nightjar_delivery.worker import interrupted_by_signal
+from nightjar_delivery import interrupted_by_signal
 
 # When a task says nothing and its backend's OPTIONS say nothing.
 DEFAULT_TIME_LIMIT = 300.0

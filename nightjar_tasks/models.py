@@ -7,7 +7,13 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
-from nightjar_delivery import records
+from nightjar_delivery import (
+    AbstractDeliveryFailure,
+    AbstractParkedDelivery,
+    AbstractRedelivery,
+    AbstractRejectedMessage,
+    AbstractWorkerReport,
+)
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.messages import MAX_TASK_ID
 
@@ -92,27 +98,27 @@ def _task_key(related_name: str, on_delete=models.SET_NULL):
     return models.ForeignKey(TaskRecord, null=True, blank=True, on_delete=on_delete, related_name=related_name)
 
 
-class TaskRejectedMessage(records.AbstractRejectedMessage):
+class TaskRejectedMessage(AbstractRejectedMessage):
     task = _task_key("rejected_messages")
 
 
-class TaskFailure(records.AbstractDeliveryFailure):
+class TaskFailure(AbstractDeliveryFailure):
     task = _task_key("delivery_failures")
 
 
-class TaskParked(records.AbstractParkedDelivery):
+class TaskParked(AbstractParkedDelivery):
     task = _task_key("parked_deliveries", models.CASCADE)
 
-    class Meta(records.AbstractParkedDelivery.Meta):
+    class Meta(AbstractParkedDelivery.Meta):
         verbose_name = "parked task"
         verbose_name_plural = "parked tasks"
 
 
-class TaskRedelivery(records.AbstractRedelivery):
+class TaskRedelivery(AbstractRedelivery):
     task = _task_key("redeliveries")
 
 
-class TaskWorkerReport(records.AbstractWorkerReport):
+class TaskWorkerReport(AbstractWorkerReport):
     """What a worker serving the tasks channel says about itself."""
 
 

@@ -28,9 +28,7 @@ import time
 from django.db import connections, transaction
 from django.utils import timezone
 
-from nightjar_delivery import sql
-from nightjar_delivery.checkpoints import checkpoint
-from nightjar_delivery.recording import record_rejection
+from nightjar_delivery import checkpoint, record_rejection, sql
 from nightjar_tasks import attempts, limits, marks, rows
 from nightjar_tasks import backend as backends
 from nightjar_tasks.attempts import SENDER
@@ -100,7 +98,7 @@ def handle(message, ack, pause=None):
 
 
 def handle_batch(
-    messages: list, rejections: list, ack_all, pause=None, stored: dict | None = None, *, user
+    messages: list, rejections: list, ack_all, pause=None, stored: dict | None = None, *, channel
 ) -> list[int]:
     """Batch mode (`worker --channel tasks --batch N`): the batch's promise
     made set-wise. In ONE transaction:
@@ -152,7 +150,7 @@ def handle_batch(
     checkpoint(pause, "before-write")
     with transaction.atomic(using=alias):
         for delivery, reason in rejections:
-            record_rejection(delivery=delivery, reason=reason, user=user)
+            record_rejection(delivery=delivery, reason=reason, channel=channel)
         owned = marks.insert_keys(list(pending)) if pending else set()
         tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
         # On SQLite the batch's transaction holds the one write lock for all its bodies:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from nightjar.middleware import client_address
 from nightjar.ratelimit import over_limit
-from nightjar_delivery.health import dependency_health
+from nightjar_delivery import dependency_health
 from tickets import pdf
 from tickets.forms import EveningForm, new_submission_key
 from tickets.models import Registration, Seat

@@ -35,15 +35,15 @@ class Handling:
     def handle_batch(self, deliveries, accepted, rejections, stored, started: float) -> None:
         """The checked messages and the rejections in one transaction (the
         channel's handle_batch), then one ack for the whole batch."""
-        user = self.channel
+        channel = self.channel
         messages = [message for _, message, _ in accepted]
         if accepted:
-            self.say("\n".join(f"Received {user.label(key)} redelivered={d.redelivered}" for d, _, key in accepted))
+            self.say("\n".join(f"Received {channel.label(key)} redelivered={d.redelivered}" for d, _, key in accepted))
             keys = [key for _, _, key in accepted]
-            self.on = f"batch of {len(deliveries)}, {user.label(min(keys))}–{user.label(max(keys))}"
+            self.on = f"batch of {len(deliveries)}, {channel.label(min(keys))}–{channel.label(max(keys))}"
         tags = [delivery.tag for delivery in deliveries]
         ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
-        new = user.handle_batch(messages, rejections, ack_all, self.pause, stored)
+        new = channel.handle_batch(messages, rejections, ack_all, self.pause, stored)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
         self.handled += len(messages)
@@ -105,7 +105,7 @@ class Handling:
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
         with transaction.atomic():
-            record = recording.record_rejection(delivery=delivery, reason=reason, user=self.channel)
+            record = recording.record_rejection(delivery=delivery, reason=reason, channel=self.channel)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
         metrics.REJECTED.inc()

@@ -89,4 +89,4 @@ class Reporting:
             "handed_back": self.handed_back,
             "current": self.on[:100],
         }
-        recording.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting, user=self.channel)
+        recording.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting, channel=self.channel)

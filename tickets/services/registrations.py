@@ -9,8 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from nightjar_delivery import channel, transport
-from nightjar_delivery.reconcile import publish_after_commit as engine_publish_after_commit
+from nightjar_delivery import DomainError, get_channel, publish_after_commit, transport
 from tickets import conf, contract, metrics
 from tickets.models import Completion, ParkedDelivery, Registration, Seat, Ticket
 from tickets.services import evening
@@ -18,8 +17,10 @@ from tickets.services.staff import record_staff_action
 
 logger = logging.getLogger(__name__)
 
+CHANNEL = "registrations"  # tickets/channel.py's name (that module imports this one)
 
-class NightjarError(channel.DomainError):
+
+class NightjarError(DomainError):
     """A request that cannot be done; str() is the sentence to show a person."""
 
 
@@ -70,13 +71,6 @@ def refuse_without_seat(registration: Registration, what: str) -> None:
         raise NightjarError(f"{registration.code} is {registration.seat}: it holds no seat, so it is not {what}.")
 
 
-def publish_after_commit(registration: Registration) -> None:
-    """The registration is already safe in the database, so a failed publish
-    is logged and left for reconcile (the engine's publish_after_commit); the
-    guest never sees an error for it."""
-    engine_publish_after_commit(channel.get("registrations"), registration)  # tickets/channel.py's name
-
-
 def register_guest(*, name: str, submission_key: str | None = None) -> Registration:
     """Record a guest's registration (the durable intent) and publish it after commit.
 
@@ -112,7 +106,9 @@ def _register(name: str, submission_key: str | None) -> Registration:
         registration = Registration(name=name, submission_key=submission_key or None, seat=seat)
         Registration.objects.insert(registration)
         if seat == Seat.CONFIRMED:
-            transaction.on_commit(lambda: publish_after_commit(registration))
+            # Safe in the database: after the commit the engine publishes it (a failed publish
+            # is logged and left for reconcile; the guest never sees an error for it).
+            transaction.on_commit(lambda: publish_after_commit(get_channel(CHANNEL), registration))
     return registration
 
 

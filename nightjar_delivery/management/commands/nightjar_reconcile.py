@@ -25,10 +25,10 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
-        user = exits.select_channel(options["channel"])
+        channel = exits.select_channel(options["channel"])
         with exits.exit_codes():
             report = reconcile.reconcile(
-                user, limit=options["limit"], older_than=options["older_than"], actor=user.actor("reconcile")
+                channel, limit=options["limit"], older_than=options["older_than"], actor=channel.actor("reconcile")
             )
         collected = report.collected
         for code in collected.parked:

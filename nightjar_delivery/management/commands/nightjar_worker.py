@@ -4,7 +4,8 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from nightjar_delivery import channel, exits, metrics, transport
+from nightjar_delivery import channel as channels
+from nightjar_delivery import exits, metrics, transport
 from nightjar_delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
 from nightjar_delivery.worker import Worker
 
@@ -25,9 +26,10 @@ def _default_handlers(argv: list[str]) -> str:
         ),
         None,
     )
-    users = [user for user in channel.all() if user.name == named] or channel.all()
+    chosen = [channel for channel in channels.all() if channel.name == named] or channels.all()
     return (
-        "; ".join(f"{user.name}: {user.handler_help or user.default_handler()}" for user in users) or "none registered"
+        "; ".join(f"{channel.name}: {channel.handler_help or channel.default_handler()}" for channel in chosen)
+        or "none registered"
     )
 
 
@@ -139,11 +141,11 @@ class Command(BaseCommand):
             raise CommandError(metrics.UNAVAILABLE, returncode=exits.USAGE)
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
-        user = exits.select_channel(options["channel"])
+        channel = exits.select_channel(options["channel"])
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
-            handler = user.load_handler(options["handler"] or user.default_handler())
-        except channel.HandlerError as error:
+            handler = channel.load_handler(options["handler"] or channel.default_handler())
+        except channels.HandlerError as error:
             raise CommandError(
                 f"{error} Nothing was taken from {transport.name()}; fix it and run again.", returncode=exits.USAGE
             ) from None
@@ -195,9 +197,9 @@ class Command(BaseCommand):
             if options["drain"]:
                 count = worker.drain()
                 deliveries = "delivery" if count == 1 else "deliveries"
-                self.stdout.write(f"Drained {count} {deliveries}; no ready {user.intents} left.")
+                self.stdout.write(f"Drained {count} {deliveries}; no ready {channel.intents} left.")
             elif not worker.once():
-                self.stdout.write(f"No ready {user.intents}")
+                self.stdout.write(f"No ready {channel.intents}")
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
             raise CommandError(worker.interrupted(), returncode=exits.INTERRUPTED) from None

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from nightjar_delivery import channel
+from nightjar_delivery import get_channel
 from nightjar_tasks import conf, summary
 
 
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         for problem in problems:
             self.stdout.write(f"Audit: {problem}")
         for queue_name in conf.queue_names():
-            tasks_channel = channel.get(conf.channel_name(queue_name))
+            tasks_channel = get_channel(conf.channel_name(queue_name))
             q = tasks_channel.gauges()["queue"]
             if not q:
                 self.stdout.write(f"Queue {tasks_channel.queue}: unknown (the broker did not answer)")
