@@ -19,7 +19,8 @@ A step's callable returns the success line it is reported with.
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.contrib import admin, messages
+from django.contrib import messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
 
 from nightjar_delivery.channel import DomainError
@@ -81,7 +82,7 @@ def plan_then_apply(model_admin, request, plan: Plan) -> TemplateResponse | None
         "button": plan.button or f"Yes, {plan.action}",
         "reason": reason(request),
         "reason_length": REASON_LENGTH,
-        "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
         "opts": model_admin.model._meta,
     }
     return TemplateResponse(request, "admin/nightjar_delivery/plan.html", context)

@@ -67,7 +67,9 @@ def evening(request):
         if form.is_valid():
             try:
                 registration = register_guest(
-                    name=form.cleaned_data["name"], submission_key=form.cleaned_data["submission_key"] or None
+                    name=form.cleaned_data["name"],
+                    submission_key=form.cleaned_data["submission_key"] or None,
+                    email=form.cleaned_data["email"],
                 )
             except SubmissionConflict as error:
                 form.add_error("name", str(error))
@@ -129,9 +131,16 @@ def registration_list(request):
 def registration_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
-    return render(
-        request, "tickets/registration.html", {"registration": registration, "ticket": ticket, **seat_of(registration)}
-    )
+    context = {"registration": registration, "ticket": ticket, "mails": mails_of(registration), **seat_of(registration)}
+    return render(request, "tickets/registration.html", context)
+
+
+def mails_of(registration: Registration) -> list:
+    """The guest's mails, oldest first, when the site sends mail (the mail
+    app's rows point here; this app does not import it)."""
+    if not registration.email or not hasattr(registration, "mails"):
+        return []
+    return list(registration.mails.order_by("id"))
 
 
 def seat_of(registration: Registration) -> dict:
