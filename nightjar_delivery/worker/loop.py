@@ -15,6 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TextIO
 
+from django.db import router
 from django.utils import timezone
 
 from nightjar_delivery import channel, reconcile, transport
@@ -159,42 +160,46 @@ class Worker:
         self.connections.check()
         started = time.perf_counter()
         accepted, rejections, stored = self.screen.check(deliveries, batch=batch)
-        channel = self.channel
-        if batch:
-            messages = [message for _, message, _ in accepted]
-            if accepted:
-                self.say(
-                    "\n".join(f"Received {channel.label(key)} redelivered={d.redelivered}" for d, _, key in accepted)
+        # The database transport: the ack joins the handler's commit (transport.ack_within).
+        with self.receiver.ack_within(deliveries, using=router.db_for_write(self.channel.intent_model)):
+            channel = self.channel
+            if batch:
+                messages = [message for _, message, _ in accepted]
+                if accepted:
+                    self.say(
+                        "\n".join(
+                            f"Received {channel.label(key)} redelivered={d.redelivered}" for d, _, key in accepted
+                        )
+                    )
+                    keys = [key for _, _, key in accepted]
+                    self.settler.begin_batch(
+                        f"batch of {len(deliveries)}, {channel.label(min(keys))}–{channel.label(max(keys))}"
+                    )
+                # Handled, its rejections recorded, in one transaction; then one ack for the batch.
+                new = channel.handle_batch(messages, rejections, self.settler.ack_batch(deliveries), self.pause, stored)
+                for delivery, reason in rejections:
+                    self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
+                made = [stored[pk][1] for pk in new or ()]
+                self.report.measure(
+                    started, handled=len(messages), rejected=len(rejections), made=made, batch_size=len(deliveries)
                 )
-                keys = [key for _, _, key in accepted]
-                self.settler.begin_batch(
-                    f"batch of {len(deliveries)}, {channel.label(min(keys))}–{channel.label(max(keys))}"
-                )
-            # Handled, its rejections recorded, in one transaction; then one ack for the batch.
-            new = channel.handle_batch(messages, rejections, self.settler.ack_batch(deliveries), self.pause, stored)
+                self.say("Handler returned.")
+                return
             for delivery, reason in rejections:
-                self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
-            made = [stored[pk][1] for pk in new or ()]
-            self.report.measure(
-                started, handled=len(messages), rejected=len(rejections), made=made, batch_size=len(deliveries)
-            )
-            self.say("Handler returned.")
-            return
-        for delivery, reason in rejections:
-            self.settler.reject(delivery, reason)  # recorded, then acked
-            self.report.rejected_one()
-        for delivery, message, key in accepted:
-            code = channel.label(key)
-            self.say(f"Received {code} redelivered={delivery.redelivered}")
-            self.settler.begin(delivery, code)
-            since = timezone.now() if delivery.redelivered else None
-            self.handler(message, partial(self.settler.ack_current, delivery), self.pause)  # acks after its commit
-            # The handler does not say whether it made the outcome. A first delivery almost always
-            # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
-            # may not, so for those the channel says (made_since: one query, for redeliveries only).
-            made = not delivery.redelivered or self.report.made_since(key, since)
-            self.report.measure(started, handled=1, made=[stored[key][1]] if made else [])
-            self.say("Handler returned.")
+                self.settler.reject(delivery, reason)  # recorded, then acked
+                self.report.rejected_one()
+            for delivery, message, key in accepted:
+                code = channel.label(key)
+                self.say(f"Received {code} redelivered={delivery.redelivered}")
+                self.settler.begin(delivery, code)
+                since = timezone.now() if delivery.redelivered else None
+                self.handler(message, partial(self.settler.ack_current, delivery), self.pause)  # acks after its commit
+                # The handler does not say whether it made the outcome. A first delivery almost always
+                # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
+                # may not, so for those the channel says (made_since: one query, for redeliveries only).
+                made = not delivery.redelivered or self.report.made_since(key, since)
+                self.report.measure(started, handled=1, made=[stored[key][1]] if made else [])
+                self.say("Handler returned.")
 
     def each_alone(self, work: list[transport.Delivery]) -> list[tuple[transport.Delivery, Exception]]:
         """A batch's deliveries one at a time, each in a transaction of its own,

@@ -4,6 +4,7 @@ to `batch` gathered within batch_ms, the acks and returns the settler asks
 for, and entries the broker dropped before they were received."""
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 from nightjar_delivery import recording, transport
 from nightjar_delivery.channel import Channel
@@ -94,6 +95,15 @@ class Receiver:
     def requeue(self, tag) -> None:
         """Hand a delivery back unacked (a failure: counted by the broker, whatever its version)."""
         self.consumer.requeue(tag)
+
+    def ack_within(self, deliveries: list[transport.Delivery], *, using: str) -> AbstractContextManager:
+        """Around the handler: on the database transport the deliveries' ack
+        joins the handler's commit on `using` (transport.ack_within); elsewhere nothing."""
+        return transport.ack_within(self.consumer, deliveries, using=using)
+
+    def acked_within(self, delivery: transport.Delivery | None) -> bool:
+        """Whether ack_within's commit removed this delivery (None: any, a batch's)."""
+        return transport.acked_within(self.consumer, delivery)
 
     def keepalive(self, seconds: float) -> None:
         self.consumer.keepalive(seconds)

@@ -12,7 +12,7 @@ from pathlib import Path
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
-from nightjar_delivery import conf, metrics, recording, transport
+from nightjar_delivery import conf, metrics, recording, sql, transport
 from nightjar_delivery.channel import Channel
 from nightjar_delivery.checkpoints import Pause
 from nightjar_delivery.worker.settle import Settler
@@ -131,8 +131,9 @@ class Report:
         and rewrite this worker's report (every NIGHTJAR_WORKER_REPORT_SECONDS)."""
         now = time.monotonic()
         every = conf.NIGHTJAR_WORKER_REPORT_SECONDS
-        # Never inside the handler's transaction (a learner paused there): the row would wait for its commit.
-        if every and now - self.last_report >= every and not connection.in_atomic_block:
+        # Never inside the handler's transaction (a learner paused there): the row would wait for its commit;
+        # nor while an ack waits to join the handler's commit (the database transport): it would join this one.
+        if every and now - self.last_report >= every and not connection.in_atomic_block and not sql.awaiting_commit():
             self.save()
         if self.health_file is None or now - self.last_beat < 1.0:
             return

@@ -125,7 +125,7 @@ class Settler:
         self.receiver.ack(delivery.tag)
         self.say(
             f"Parked {code}: its delivery failed {conf.NIGHTJAR_DELIVERY_LIMIT} times "
-            "(the delivery limit); see `parked`."
+            "(the delivery limit); see `nightjar_parked`."
         )
         return True
 
@@ -144,7 +144,7 @@ class Settler:
 
     def interrupted(self) -> str:
         """What a Ctrl+C at a checkpoint did to the delivery, in one honest sentence."""
-        if self.current is not None and self.current_acked:
+        if (self.current is not None and self.current_acked) or self.receiver.acked_within(self.current):
             return f"Interrupted; the delivery was already acked, so {transport.name()} has forgotten it: nothing goes back."
         sentence = f"Interrupted; the delivery goes back to {transport.name()}."
         if self.current is None:
