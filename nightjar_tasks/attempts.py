@@ -105,7 +105,7 @@ def call(task, result, record: TaskRecord, alias: str, seconds: float | None = N
     rest); result: running()'s, None for a body without context."""
     args, kwargs = (record.args, record.kwargs) if result is None else (result.args, result.kwargs)
     # (limits.Limit looked up per call: bench/peers runs the worker with it disarmed)
-    with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
+    with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias), alias, record):
         if task.takes_context:
             return task.call(TaskContext(task_result=result), *args, **kwargs)
         return task.call(*args, **kwargs)
