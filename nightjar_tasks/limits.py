@@ -54,6 +54,11 @@ SQLITE_DEFAULT_TIMEOUT = 5.0
 GRACE = 2.0
 WATCH_EVERY = 0.25
 STUCK_STATUS = 70
+# SQLite's write lock shared with guests (LockShare): held this long back to back, most
+# of the time, the worker leaves it free for longer than SQLite's busy handler sleeps (100 ms).
+SHARE_BUDGET = 1.0
+SHARE_DUTY = 0.9
+SHARE_PAUSE = 0.15
 
 logger = logging.getLogger(__name__)
 
@@ -250,3 +255,40 @@ def _end_the_worker(limit: Limit) -> None:
 
 
 _watchdog = Watchdog()
+
+
+class LockShare:
+    """On SQLite, guests' writes win against a worker that holds the write
+    lock back to back (issue 51). SQLite's busy handler does not queue: a
+    waiting write sleeps (1, 2, 5, ... then 100 ms at a time) and tries
+    again, so a worker that takes the lock back a few ms after each commit
+    can keep it from a guest until the guest's busy timeout, one task after
+    another. So after holding it for SHARE_BUDGET seconds, most of the time
+    (SHARE_DUTY) and never free for SHARE_PAUSE at a stretch, the worker
+    leaves it free for SHARE_PAUSE, longer than the handler's longest
+    sleep: every write waiting meanwhile tries again inside that pause. A
+    queue of short tasks, with the lock free between them a good part of the
+    time, pays nothing. With one worker a guest's write then waits at most
+    about SHARE_BUDGET plus one task's hold (at most half the busy timeout)."""
+
+    def __init__(self) -> None:
+        self.held = 0.0  # seconds held since `since` with no SHARE_PAUSE between
+        self.since = self.last = 0.0
+
+    def held_from(self, began: float) -> None:
+        """After the worker's transaction (or a batch's) that began at
+        `began` (time.monotonic()) ended, and its delivery was acked."""
+        ended = time.monotonic()
+        if began - self.last >= SHARE_PAUSE:
+            self.held, self.since = 0.0, began  # free long enough since the last: a new stretch
+        self.held += ended - began
+        self.last = ended
+        if self.held < SHARE_BUDGET:
+            return
+        if self.held >= SHARE_DUTY * (ended - self.since):
+            time.sleep(SHARE_PAUSE)
+            self.last = time.monotonic()
+        self.held, self.since = 0.0, self.last
+
+
+lock_share = LockShare()

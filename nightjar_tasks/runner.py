@@ -49,12 +49,20 @@ def handle(message, ack, pause=None):
     PostgreSQL); the body; the done-mark sent with the COMMIT (one round
     trip on PostgreSQL: sql.execute_and_commit). A repeat of a done (or
     given-up) task finds its row so, inserts nothing, runs nothing, and is
-    acked."""
+    acked. Then, on SQLite, the write lock shared with guests
+    (limits.LockShare)."""
+    began = time.monotonic()
+    db = connections[TaskRecord.objects.db]  # the task's database: its transaction, its row
+    _handle(message, ack, pause, db)
+    if db.vendor == "sqlite":
+        limits.lock_share.held_from(began)
+
+
+def _handle(message, ack, pause, db) -> None:
     checkpoint(pause, "before-write")
     started, me = timezone.now(), attempts.worker_id()
     task = result = None
     done = False
-    db = connections[TaskRecord.objects.db]  # the task's database: its transaction, its row
     try:
         with transaction.atomic(using=db.alias):
             record, owned = marks.claim(db, message.task_id)
@@ -150,6 +158,7 @@ def handle_batch(
     done, results = [], []
     alias = TaskRecord.objects.db
     checkpoint(pause, "before-write")
+    began = time.monotonic()
     with transaction.atomic(using=alias):
         for delivery, reason in rejections:
             record_rejection(delivery=delivery, reason=reason, user=user)
@@ -209,4 +218,6 @@ def handle_batch(
     for record, (result, task) in zip(done, results, strict=True):
         if (result := attempts.finished(result, record, task)) is not None:
             task_finished.send_robust(SENDER, task_result=result)
+    if budget is not None:  # (on SQLite)
+        limits.lock_share.held_from(began)
     return [record.pk for record in done]

@@ -243,3 +243,16 @@ def ignore_sigterm(name: str) -> str:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     Group.objects.create(name=name)
     return name
+
+
+@task
+def hold_for(name: str, seconds: float, runs_file: str) -> str:
+    """Inserts <name> (on SQLite: the write lock held from BEGIN), notes the
+    run in runs_file, then sleeps: one of a queue of long tasks."""
+    import time
+
+    Group.objects.create(name=name)
+    with open(runs_file, "a") as runs:
+        runs.write(f"{name}\n")
+    time.sleep(seconds)
+    return name
