@@ -2,6 +2,7 @@
 
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core import checks
 
 from nightjar_delivery import conf, transport
@@ -14,9 +15,18 @@ def broker_settings(app_configs, **kwargs):
     if any(url.scheme not in transport.SCHEMES or not url.hostname for url in urls):
         errors.append(
             checks.Error(
-                "NIGHTJAR_BROKER_URL (or RABBITMQ_URL) is neither an AMQP nor a Redis URL.",
-                hint="Use amqp://user:password@host:5672/vhost (amqps:// for TLS) or redis://host:6379/0.",
+                "NIGHTJAR_BROKER_URL (or RABBITMQ_URL) is neither an AMQP, a Redis nor a database URL.",
+                hint="Use amqp://user:password@host:5672/vhost (amqps:// for TLS), redis://host:6379/0,"
+                " or db://default (the queue in a Django database: its alias).",
                 id="nightjar.E001",
+            )
+        )
+    elif urls[0].scheme == "db" and urls[0].netloc not in settings.DATABASES:
+        errors.append(
+            checks.Error(
+                f"NIGHTJAR_BROKER_URL names the database {urls[0].netloc!r}, which DATABASES does not have.",
+                hint="Name a database alias: db://default.",
+                id="nightjar.E007",
             )
         )
     elif len(urls) > 1 and any(transport.SCHEMES[url.scheme] != "amqp" for url in urls):
@@ -44,7 +54,7 @@ def redis_is_durable(app_configs, **kwargs):
     return [
         checks.Error(
             f"Redis would acknowledge XADDs it may lose: {'; '.join(problems)}.",
-            hint="Run redis-server with appendonly yes and appendfsync always (bin/redis-node does).",
+            hint=f"Run it with {transport.backend().DURABLE_SETTINGS}.",
             id="nightjar.E003",
         )
     ]
@@ -82,17 +92,17 @@ def management_api_over_plain_http(app_configs, **kwargs):
 def channels_have_queues_of_their_own(app_configs, **kwargs):
     """Two channels on one queue would take each other's deliveries (and
     reject them as broken bodies): each registered channel needs its own."""
-    from nightjar_delivery import channel
+    from nightjar_delivery import channel as channels
 
     by_queue: dict[str, list[str]] = {}
     errors = []
-    for user in channel.all():
-        if user.queue.strip():
-            by_queue.setdefault(user.queue, []).append(user.name)
+    for channel in channels.all():
+        if channel.queue.strip():
+            by_queue.setdefault(channel.queue, []).append(channel.name)
         else:  # a setting emptied after start-up (register() refuses an empty one)
             errors.append(
                 checks.Error(
-                    f"The queue of the delivery channel {user.name} is empty.",
+                    f"The queue of the delivery channel {channel.name} is empty.",
                     hint="Leave its setting unset for the default.",
                     id="nightjar.E002",
                 )
@@ -107,10 +117,10 @@ def channels_have_queues_of_their_own(app_configs, **kwargs):
         if len(names) > 1
     ]
     default = conf.NIGHTJAR_DEFAULT_CHANNEL
-    if default and default not in {user.name for user in channel.all()}:
+    if default and default not in {channel.name for channel in channels.all()}:
         errors.append(
             checks.Error(
-                f"NIGHTJAR_DEFAULT_CHANNEL names no registered delivery channel ({default!r}; registered: {channel.names()}).",
+                f"NIGHTJAR_DEFAULT_CHANNEL names no registered delivery channel ({default!r}; registered: {channels.names()}).",
                 hint="Name one of them, or leave it unset when one channel is registered.",
                 id="nightjar.E006",
             )

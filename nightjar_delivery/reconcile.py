@@ -10,7 +10,10 @@ published, its labels, and its refusals.
   is full (bounded by max_seconds).
 - collect_dead_letters(): the dead-letter queue into the records, one
   message at a time: record, commit, then ack.
-- requeue_parked() / discard_parked(): staff's two answers to a parked delivery.
+- requeue_parked() / discard_parked(): staff's two answers to a parked
+  intent (the intent itself: a caller holding a label asks channel.find()
+  first); a requeue calls the channel's on_requeue(intent) in its
+  transaction. Parking itself has one path: recording.park().
 - parked_lines(): what `parked` lists.
 """
 
@@ -42,21 +45,21 @@ class ReconcileReport:
     published: list[str] = field(default_factory=list)  # labels
     remaining: int = 0
     passes: int = 0
-    collected: CollectReport | None = None
+    collected: CollectReport = field(default_factory=CollectReport)  # the dead letters collected first
 
 
 RECONCILE_ACTOR = "nightjar (reconcile)"
-SYSTEM_ACTOR = "nightjar (dead-letter collector)"
 
 # An intent whose delivery limit was used up by interruptions alone (no
 # failure recorded: Ctrl+C at a checkpoint, restarted or killed workers) is
 # published again this many times before it is parked anyway: a message that
-# kills the worker outright records no failure either.
-AUTOMATIC_REQUEUES = 1
+# kills the worker outright records no failure either. Each such republish
+# leaves a parked record marked automatic_requeue, which counts them.
+REPUBLISHES_AFTER_INTERRUPTIONS = 1
 
 
 def reconcile(
-    user: Channel,
+    channel: Channel,
     *,
     limit: int = 100,
     older_than: float = 60,
@@ -70,145 +73,154 @@ def reconcile(
     fast as the broker confirms (each publish waits for its confirm) —
     bounded by max_seconds. Raises BrokerError when the broker stops
     confirming; what was published stays published, and each republish is in
-    the intent's history (user.republished, one statement per pass)."""
-    report = ReconcileReport(collected=collect_dead_letters(user))
+    the intent's history (channel.republished, one statement per pass)."""
+    report = ReconcileReport(collected=collect_dead_letters(channel))
     # Published again by the collection just now: one publish per intent per pass.
     collected = set(report.collected.requeued)
     cutoff = timezone.now() - timedelta(seconds=older_than)
     started = time.monotonic()
     after = None  # keyset cursor: the last intent published, oldest first
     while True:
-        intents = user.pending(stored_before=cutoff, after=after, limit=limit)
+        intents = channel.pending(stored_before=cutoff, after=after, limit=limit)
         published = []
         try:
             for intent in intents:
-                if user.label(intent.pk) in collected:
+                if channel.label(intent.pk) in collected:
                     continue
-                user.publish(intent)
-                report.published.append(user.label(intent.pk))
+                channel.publish(intent)
+                report.published.append(channel.label(intent.pk))
                 published.append(intent)
         finally:
-            user.republished(published, actor=actor, older_than=older_than)
+            channel.republished(published, actor=actor, older_than=older_than)
         report.passes += 1
         if intents:
             after = intents[-1]
         if not catch_up or len(intents) < limit or time.monotonic() - started > max_seconds:
             break
-    report.remaining = user.pending_count(stored_before=cutoff, after=after)
+    report.remaining = channel.pending_count(stored_before=cutoff, after=after)
     return report
 
 
-def collect_dead_letters(user: Channel, *, limit: int = 1000) -> CollectReport:
+def collect_dead_letters(channel: Channel, *, limit: int = 1000) -> CollectReport:
     """Move what the broker dead-lettered from the channel's queue into the
     records, one message at a time: record, commit, then ack. An intent with
     recorded failures is parked for staff with the last error as its reason;
     one whose limit was used up by interruptions only is published again
     (once); a body that breaks the contract becomes a rejected message; an
-    intent that is settled by now (user.settled) needs nothing."""
+    intent that is settled by now (channel.settled) needs nothing."""
     report = CollectReport()
-    consumer = transport.Consumer(queue=user.queue)
+    consumer = transport.Consumer(queue=channel.queue)
     try:
         for _ in range(limit):
             delivery = consumer.get(dead=True)
             if delivery is None:
                 break
-            republish = _collect_one(user, delivery, report)
+            republish = _collect_one(channel, delivery, report)
             if republish is not None:
-                user.publish(republish)
+                channel.publish(republish)
             consumer.ack(delivery.tag)
     finally:
         consumer.close()
     return report
 
 
-def _collect_one(user: Channel, delivery: transport.Delivery, report: CollectReport):
+def _collect_one(channel: Channel, delivery: transport.Delivery, report: CollectReport):
     """Record one dead letter; return the intent to publish again, if any.
     A body it cannot use is recorded as rejected and acked: one bad body
     never stops the pass (nor the publishes of the reconcile behind it)."""
     try:
-        message = user.decode(delivery.body)
-        key = user.intent_id(message)
-        user.check_stored(message, user.stored([key]).get(key, (None,))[0])
+        message = channel.decode(delivery.body)
+        key = channel.intent_id(message)
+        channel.check_stored(message, channel.stored([key]).get(key, (None,))[0])
     except Exception as error:
         if not isinstance(error, ContractError):  # the channel's promise is a ContractError: say what broke it
-            logger.exception("A dead letter on %s could not be checked; recorded as rejected", user.queue)
+            logger.exception("A dead letter on %s could not be checked; recorded as rejected", channel.queue)
             error = ContractError(f"The body could not be checked ({type(error).__name__}: {error})"[:300])
         with transaction.atomic():
-            recording.record_rejection(delivery=delivery, reason=str(error), user=user)
+            recording.record_rejection(delivery=delivery, reason=str(error), channel=channel)
         report.rejected += 1
         return None
-    mine = {user.intent_field: key}
-    if user.settled(key) or user.parked_model.objects.holding().filter(**mine).exists():
+    mine = {channel.intent_field: key}
+    if channel.settled(key) or channel.parked_model.objects.holding().filter(**mine).exists():
         report.dropped += 1  # done, or parked already (one parked record per intent): nothing to collect
         return None
-    failure = user.failure_model.objects.filter(**mine).first()  # the newest
-    automatic = user.parked_model.objects.filter(**mine, resolved_by=SYSTEM_ACTOR).count()
-    intent = user.intent_model.objects.get(pk=key)
+    failure = channel.failure_model.objects.filter(**mine).first()  # the newest
+    republished = channel.parked_model.objects.filter(**mine, automatic_requeue=True).count()
+    intent = channel.intent_model._default_manager.get(pk=key)
     with transaction.atomic():
-        if failure is None and automatic < AUTOMATIC_REQUEUES:
+        if failure is None and republished < REPUBLISHES_AFTER_INTERRUPTIONS:
             reason = f"returned {delivery.attempts} times without a recorded failure (interrupted or restarted workers)"
             recording.park(
-                intent, delivery, reason, resolution=user.parked_model.REQUEUED, resolved_by=SYSTEM_ACTOR, user=user
+                intent,
+                reason=reason,
+                attempts=delivery.attempts,
+                body=delivery.body,
+                channel=channel,
+                automatic_requeue=True,
             )
-            report.requeued.append(user.label(key))
+            report.requeued.append(channel.label(key))
             return intent
         if failure is not None:
             reason = f"{failure.error} (worker {failure.worker}, {failure.at:%Y-%m-%d %H:%M:%S})"
         else:
             reason = f"returned {delivery.attempts} times again without a recorded failure: did the worker die on it?"
-        recording.park(intent, delivery, reason, user=user)
-        report.parked.append(user.label(key))
+        recording.park(intent, reason=reason, attempts=delivery.attempts, body=delivery.body, channel=channel)
+        report.parked.append(channel.label(key))
     return None
 
 
-def requeue_parked(user: Channel, *, code: str, actor: str):
-    """Staff: publish a parked intent again. It counts as pending again
-    (reconcile may pick it up too; the handler makes no second outcome).
-    Returns the intent; raises the channel's refusal."""
-    intent = user.find(code)
-    user.refuse_republish(intent, "requeued")
+def requeue_parked(channel: Channel, intent, *, actor: str):
+    """Staff: publish a parked intent again. In one transaction: the parked
+    record resolved, the staff trail (channel.record_staff_action), the
+    channel's own reset (channel.on_requeue, e.g. a failed task made ready
+    with a fresh retry budget); published after the commit. It counts as
+    pending again (reconcile may pick it up too; the handler makes no second
+    outcome). Returns the intent; raises the channel's refusal."""
+    channel.refuse_republish(intent, "requeued")
     with transaction.atomic():
-        held = user.parked_model.objects.holding().select_for_update().filter(**{user.intent_field: intent})
+        held = channel.parked_model.objects.holding().select_for_update().filter(**{channel.intent_field: intent})
         if not held.exists():
-            raise user.refusal(f"{user.label(intent.pk)} is not parked.")
-        held.update(resolution=user.parked_model.REQUEUED, resolved_by=actor[:150], resolved_at=timezone.now())
-        user.record_staff_action(actor=actor, action="requeue", intent=intent, detail="Requeued a parked delivery.")
-        transaction.on_commit(lambda: publish_after_commit(user, intent))
+            raise channel.refusal(f"{channel.label(intent.pk)} is not parked.")
+        held.update(resolution=channel.parked_model.REQUEUED, resolved_by=actor[:150], resolved_at=timezone.now())
+        channel.record_staff_action(actor=actor, action="requeue", intent=intent, detail="Requeued a parked delivery.")
+        channel.on_requeue(intent)
+        transaction.on_commit(lambda: publish_after_commit(channel, intent))
     return intent
 
 
-def discard_parked(user: Channel, *, code: str, actor: str):
+def discard_parked(channel: Channel, intent, *, actor: str):
     """Staff: give up on a parked intent. It stays parked (no outcome,
     reconcile leaves it alone) and leaves the list of what waits for staff.
     Returns the intent; raises the channel's refusal."""
-    intent = user.find(code)
     with transaction.atomic():
-        waiting = user.parked_model.objects.select_for_update().filter(**{user.intent_field: intent}, resolution="")
+        waiting = channel.parked_model.objects.select_for_update().filter(
+            **{channel.intent_field: intent}, resolution=""
+        )
         if not waiting.exists():
-            raise user.refusal(f"{user.label(intent.pk)} has no parked delivery waiting for staff.")
-        waiting.update(resolution=user.parked_model.DISCARDED, resolved_by=actor[:150], resolved_at=timezone.now())
-        user.record_staff_action(actor=actor, action="discard", intent=intent, detail="Discarded a parked delivery.")
+            raise channel.refusal(f"{channel.label(intent.pk)} has no parked delivery waiting for staff.")
+        waiting.update(resolution=channel.parked_model.DISCARDED, resolved_by=actor[:150], resolved_at=timezone.now())
+        channel.record_staff_action(actor=actor, action="discard", intent=intent, detail="Discarded a parked delivery.")
     return intent
 
 
-def publish_after_commit(user: Channel, intent) -> None:
+def publish_after_commit(channel: Channel, intent) -> None:
     """The intent is already safe in the database, so a failed publish is
     logged and left for reconcile."""
     try:
-        user.publish(intent)
+        channel.publish(intent)
     except transport.BrokerError as error:
         metrics.PUBLISHES_FAILED.inc()
-        logger.warning("%s stored but not published; reconcile will publish it: %s", user.label(intent.pk), error)
+        logger.warning("%s stored but not published; reconcile will publish it: %s", channel.label(intent.pk), error)
 
 
-def parked_lines(user: Channel) -> list[str]:
+def parked_lines(channel: Channel) -> list[str]:
     """One line per parked delivery waiting for staff."""
-    column = f"{user.intent_field}_id"
-    nothing = f"(no {user.intent_model._meta.verbose_name})"
+    column = f"{channel.intent_field}_id"
+    nothing = f"(no {channel.intent_model._meta.verbose_name})"
     lines = []
-    for parked in user.parked_model.objects.filter(resolution=""):
+    for parked in channel.parked_model.objects.filter(resolution=""):
         intent_id = getattr(parked, column)
-        label = user.label(intent_id) if intent_id else nothing
+        label = channel.label(intent_id) if intent_id else nothing
         lines.append(
             f"{label}  parked {parked.parked:%Y-%m-%d %H:%M:%S}  after {parked.attempts} deliveries  {parked.reason}"
         )

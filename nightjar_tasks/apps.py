@@ -8,12 +8,12 @@ class NightjarTasksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from nightjar_tasks import channel, checks  # noqa: F401 (checks registers itself)
+        from nightjar_tasks import channel, checks, schedules  # noqa: F401 (checks, schedules register their checks)
 
         channel.register_channels()
-        from nightjar_delivery import metrics as engine_metrics
+        from nightjar_delivery import METRICS_AVAILABLE, add_desk_collector
 
-        if engine_metrics.AVAILABLE:  # the [prometheus] extra
+        if METRICS_AVAILABLE:  # the [prometheus] extra
             from nightjar_tasks.metrics import TaskPathCollector
 
-            engine_metrics.add_desk_collector(TaskPathCollector())  # the desk's /metrics, per task path
+            add_desk_collector(TaskPathCollector())  # the desk's /metrics, per task path

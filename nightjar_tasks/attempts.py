@@ -16,11 +16,11 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery.codec import storable_text
+from nightjar_delivery import get_channel, park, storable_text
 from nightjar_tasks import backend as backends
-from nightjar_tasks import compat, limits
-from nightjar_tasks.compat import TaskContext, TaskResultStatus, get_exception_traceback, get_module_path
-from nightjar_tasks.models import TaskFailure, TaskParked, TaskRecord
+from nightjar_tasks import compat, conf, limits
+from nightjar_tasks.compat import TaskContext, TaskResult, TaskResultStatus, get_exception_traceback, get_module_path
+from nightjar_tasks.models import TaskFailure, TaskRecord
 
 SENDER = backends.NightjarBackend
 
@@ -35,14 +35,18 @@ def _worker_id(pid: int) -> str:
 
 
 class CodeGone(Exception):
-    """A stored task's path no longer imports (removed or renamed by a deploy); its __cause__ says why."""
+    """A stored task's path no longer imports (removed or renamed by a deploy); its error says why."""
+
+    def __init__(self, path: str, error: ImportError) -> None:
+        super().__init__(path)
+        self.error = error
 
 
 def imported(path: str):
     try:
         return import_string(path)
     except ImportError as error:
-        raise CodeGone(path) from error
+        raise CodeGone(path, error) from error
 
 
 def running(record: TaskRecord, task, started, me: str):
@@ -134,15 +138,12 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str, *
         )
         if tries >= options["max_attempts"]:
             row.status, row.finished_at = TaskResultStatus.FAILED, now
-            TaskParked.objects.create(
-                task=row,
-                reason=storable_text(
-                    f"{row.task_path} raised {type(error).__name__}: {first_line} (worker {me}); failed {tries} times",
-                    max_bytes=1200,
-                )[:300],
+            park(
+                row,
+                reason=f"{row.task_path} raised {type(error).__name__}: {first_line} (worker {me}); failed {tries} times",
                 attempts=tries,
-                body_excerpt=storable_text(row.task_path, max_bytes=2048),
-                body_sha256="",
+                excerpt=row.task_path,
+                channel=get_channel(conf.channel_name(row.queue_name)),
             )
         else:
             row.status = TaskResultStatus.READY
@@ -153,11 +154,11 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str, *
 
 
 @functools.cache
-def _result_fields(kind) -> tuple[str, ...]:
+def _result_fields(kind: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(kind))
 
 
-def finished(result, record: TaskRecord, task):
+def finished(result: TaskResult | None, record: TaskRecord, task) -> TaskResult | None:
     """The task_finished result of a task done now, None when no one would
     see it: its task_started result with the done values (no second
     task.using(), issue 25), or when running() made none and task_finished
@@ -166,8 +167,10 @@ def finished(result, record: TaskRecord, task):
         return backends.to_result(record, task) if heard(compat.task_finished) else None
     # (Not dataclasses.replace: its args were normalized once already; not copy.copy, which
     # takes ~13 µs through __reduce_ex__ for the backport's slotted dataclass, issue 25.)
-    done = object.__new__(type(result))
-    for name in _result_fields(type(result)):
+    # Typed as a type: mypy mistakes the dataclass's class for one of its unhashable instances.
+    kind: type = type(result)
+    done: TaskResult = object.__new__(kind)
+    for name in _result_fields(kind):
         object.__setattr__(done, name, getattr(result, name))
     for name, value in (
         ("status", TaskResultStatus.SUCCESSFUL),

@@ -13,8 +13,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery.codec import storable_text
-from nightjar_tasks import checks, conf, publishing
+from nightjar_delivery import get_channel, publish_after_commit, storable_text
+from nightjar_tasks import checks, conf
 from nightjar_tasks.compat import (
     BaseTaskBackend,
     TaskError,
@@ -76,7 +76,7 @@ def to_result(record: TaskRecord, task=None) -> TaskResult:
     changes = {name: value for name, value in stored.items() if value is not None and getattr(task, name) != value}
     if changes:  # (using() makes and validates a new Task: not per delivery when the row says what the task does)
         task = task.using(**changes)
-    result = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=str(record.pk),
         status=TaskResultStatus(record.status),
@@ -157,7 +157,11 @@ class NightjarBackend(BaseTaskBackend):
         )
         if due:
             # In the caller's transaction: published only if it commits (at once in autocommit).
-            transaction.on_commit(lambda: publishing.publish_after_commit(record))
+            # Safe in its row: after the commit the engine publishes it (a failed publish is
+            # logged and left for reconcile; enqueue() returns all the same).
+            transaction.on_commit(
+                lambda: publish_after_commit(get_channel(conf.channel_name(record.queue_name)), record)
+            )
         result = to_result(record, task)
         task_enqueued.send(type(self), task_result=result)
         return result

@@ -7,8 +7,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import channel, transport
-from nightjar_delivery.codec import ContractError
+from nightjar_delivery import Channel, ContractError, DomainError, HandlerError, register, transport
 from nightjar_tasks import conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
@@ -28,14 +27,14 @@ def label(task_id: int) -> str:
 
 
 def task_key(code: str) -> int:
-    """The id staff type (`parked --requeue 12`, or "task 12")."""
+    """The id staff type (`nightjar_parked requeue 12`, or "task 12")."""
     try:
         return int(str(code).strip().removeprefix("task").strip())
     except ValueError:
-        raise channel.DomainError(f"{code!r} is not a task id.") from None
+        raise DomainError(f"{code!r} is not a task id.") from None
 
 
-class TasksChannel(channel.Channel):
+class TasksChannel(Channel):
     decode = staticmethod(messages.decode)
     hinted_ids = staticmethod(messages.hinted_ids)
     claimed_id = staticmethod(messages.claimed_id)
@@ -50,6 +49,7 @@ class TasksChannel(channel.Channel):
     redelivery_model = TaskRedelivery
     parked_model = TaskParked
     worker_report_model = TaskWorkerReport
+    staff_action_model = TaskStaffAction
     intents = "tasks"
     outcome = "result"
 
@@ -92,10 +92,10 @@ class TasksChannel(channel.Channel):
         try:
             return import_string(spec)
         except ImportError as error:
-            raise channel.HandlerError(f"Cannot load the task handler {spec!r}: {error}") from None
+            raise HandlerError(f"Cannot load the task handler {spec!r}: {error}") from None
 
     def handle_batch(self, messages_, rejections, ack_all, pause, stored):
-        return runner.handle_batch(messages_, rejections, ack_all, pause, stored, user=self)
+        return runner.handle_batch(messages_, rejections, ack_all, pause, stored, channel=self)
 
     # -- reconcile and parking --
 
@@ -131,18 +131,16 @@ class TasksChannel(channel.Channel):
         if TaskCompletion.objects.filter(task_id=intent.pk).exists():
             raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
 
-    def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
-        """The trace (TaskStaffAction); a requeue gives the task back to the
-        workers with a fresh retry budget."""
-        TaskStaffAction.objects.create(actor=actor[:150], action=action[:40], task=intent, detail=detail[:500])
-        if action == "requeue":
-            TaskRecord.objects.filter(pk=intent.pk).update(
-                status=TaskResultStatus.READY,
-                finished_at=None,
-                run_after=None,
-                requeued_at_attempt=F("attempts"),
-                published_at=timezone.now(),
-            )
+    def on_requeue(self, intent) -> None:
+        """Staff requeued the parked task: back to the workers, READY, with a
+        fresh retry budget (its attempts so far no longer count)."""
+        TaskRecord.objects.filter(pk=intent.pk).update(
+            status=TaskResultStatus.READY,
+            finished_at=None,
+            run_after=None,
+            requeued_at_attempt=F("attempts"),
+            published_at=timezone.now(),
+        )
 
     def gauges(self) -> dict:
         try:
@@ -159,4 +157,4 @@ class TasksChannel(channel.Channel):
 def register_channels() -> None:
     """One channel per Django task queue our backends accept."""
     for queue_name in conf.queue_names():
-        channel.register(TasksChannel(queue_name))
+        register(TasksChannel(queue_name))

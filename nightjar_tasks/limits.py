@@ -33,14 +33,18 @@ import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 # signal.getsignal() without its wrapper, which tries to make an enum of the
 # handler (~2 µs per call, most of a task's alarm): the handler as it is.
-from _signal import getsignal as _handler_now
+if TYPE_CHECKING:  # typeshed describes no _signal: the wrapper's signature is the same
+    from signal import getsignal as _handler_now
+else:
+    from _signal import getsignal as _handler_now
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from nightjar_delivery.worker import interrupted_by_signal
+from nightjar_delivery import interrupted_by_signal
 
 # When a task says nothing and its backend's OPTIONS say nothing.
 DEFAULT_TIME_LIMIT = 300.0

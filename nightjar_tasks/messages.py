@@ -5,7 +5,7 @@ import json
 import re
 from typing import NamedTuple
 
-from nightjar_delivery.codec import ContractError, check_size, load_json
+from nightjar_delivery import ContractError, check_size, load_json
 
 MAX_BODY_BYTES = 1024
 # The largest task id a body may name: 18 digits, inside a 64-bit integer column

@@ -7,7 +7,13 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
-from nightjar_delivery import records
+from nightjar_delivery import (
+    AbstractDeliveryFailure,
+    AbstractParkedDelivery,
+    AbstractRedelivery,
+    AbstractRejectedMessage,
+    AbstractWorkerReport,
+)
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.messages import MAX_TASK_ID
 
@@ -67,10 +73,11 @@ class TaskRecord(models.Model):
     class Meta:
         ordering = ["-enqueued_at", "-id"]
         indexes = [models.Index(fields=["status", "published_at"], name="nightjar_task_due")]
-        # The admin's two actions on a parked task, each a permission of its own (view: Django's view_taskrecord).
+        # The admin's actions, each a permission of its own (view: Django's view_taskrecord).
         permissions = [
             ("requeue_taskrecord", "Can requeue a parked task"),
             ("discard_taskrecord", "Can discard a parked task"),
+            ("cancel_taskrecord", "Can cancel a task waiting to run"),
         ]
 
     def __str__(self) -> str:
@@ -92,27 +99,27 @@ def _task_key(related_name: str, on_delete=models.SET_NULL):
     return models.ForeignKey(TaskRecord, null=True, blank=True, on_delete=on_delete, related_name=related_name)
 
 
-class TaskRejectedMessage(records.AbstractRejectedMessage):
+class TaskRejectedMessage(AbstractRejectedMessage):
     task = _task_key("rejected_messages")
 
 
-class TaskFailure(records.AbstractDeliveryFailure):
+class TaskFailure(AbstractDeliveryFailure):
     task = _task_key("delivery_failures")
 
 
-class TaskParked(records.AbstractParkedDelivery):
+class TaskParked(AbstractParkedDelivery):
     task = _task_key("parked_deliveries", models.CASCADE)
 
-    class Meta(records.AbstractParkedDelivery.Meta):
+    class Meta(AbstractParkedDelivery.Meta):
         verbose_name = "parked task"
         verbose_name_plural = "parked tasks"
 
 
-class TaskRedelivery(records.AbstractRedelivery):
+class TaskRedelivery(AbstractRedelivery):
     task = _task_key("redeliveries")
 
 
-class TaskWorkerReport(records.AbstractWorkerReport):
+class TaskWorkerReport(AbstractWorkerReport):
     """What a worker serving the tasks channel says about itself."""
 
 

@@ -4,8 +4,7 @@ READY in its row and reconcile publishes it later."""
 
 from django.utils import timezone
 
-from nightjar_delivery import channel, transport
-from nightjar_delivery.reconcile import publish_after_commit as engine_publish_after_commit
+from nightjar_delivery import transport
 from nightjar_tasks import conf, messages
 from nightjar_tasks.models import TaskRecord
 
@@ -17,12 +16,6 @@ def publish(record: TaskRecord) -> None:
         message_id=f"task-{record.pk}",
         queue=conf.broker_queue(record.queue_name),
     )
-
-
-def publish_after_commit(record: TaskRecord) -> None:
-    """The task is safe in its row, so a failed publish is logged and left
-    for reconcile (the engine's publish_after_commit); enqueue() returns all the same."""
-    engine_publish_after_commit(channel.get(conf.channel_name(record.queue_name)), record)
 
 
 def mark_published(records: list[TaskRecord]) -> None:

@@ -166,11 +166,11 @@ def test_the_records_go_to_the_channel_named_not_the_current_one():
     tasks = channel.get("tasks")
     assert channel.current().name == "registrations"
     delivery = Delivery(body=b"not json", message_id="m-1", redelivered=False, tag=1)
-    recording.record_rejection(delivery=delivery, reason="not a task", user=tasks)
+    recording.record_rejection(delivery=delivery, reason="not a task", channel=tasks)
     assert TaskRejectedMessage.objects.count() == 1 and RejectedMessage.objects.count() == 0
-    recording.record_rejection(delivery=delivery, reason="not a registration", user=channel.get("registrations"))
+    recording.record_rejection(delivery=delivery, reason="not a registration", channel=channel.get("registrations"))
     assert RejectedMessage.objects.count() == 1
-    with pytest.raises(TypeError, match="user"):  # no silent fallback to the current channel
+    with pytest.raises(TypeError, match="channel"):  # no silent fallback to the current channel
         recording.record_rejection(delivery=delivery, reason="whose?")
 
 
@@ -190,8 +190,8 @@ def minimal():
     from tests import minimal_channel
 
     minimal_channel.HANDLED.clear()
-    user = channel.register(minimal_channel.MinimalChannel)  # a class: checked, then instantiated
-    yield user
+    registered = channel.register(minimal_channel.MinimalChannel)  # a class: checked, then instantiated
+    yield registered
     channel.unregister("minimal")
     channel.select(None)
 

@@ -67,8 +67,8 @@ def test_a_redelivered_poison_body_is_recorded_once():
     first = transport.Delivery(body=body, tag=1, redelivered=False, message_id="")
     again = transport.Delivery(body=body, tag=2, redelivered=True, message_id="")
     registrations = channel.get("registrations")
-    assert record_rejection(delivery=first, reason="not valid JSON", user=registrations) is not None
-    assert record_rejection(delivery=again, reason="not valid JSON", user=registrations) is None
+    assert record_rejection(delivery=first, reason="not valid JSON", channel=registrations) is not None
+    assert record_rejection(delivery=again, reason="not valid JSON", channel=registrations) is None
     assert RejectedMessage.objects.count() == 1
 
 

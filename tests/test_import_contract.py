@@ -6,7 +6,10 @@ engine only; no two modules import each other, even around a loop (as
 tickets/lab.py and tickets/verify.py once did); no app of the product imports
 devtools/ (the tools of tests/ and bin/), and devtools/ imports none of the
 product nor tests/; each broker client library is imported in one transport
-module and nowhere else."""
+module and nowhere else. The user apps import the engine only through the
+names its package exports (nightjar_delivery/__init__.py: its public face),
+never `nightjar_delivery.<module>`; a command is public by its name, so a
+user's command may subclass or alias the engine's."""
 
 import ast
 from pathlib import Path
@@ -16,17 +19,19 @@ import pytest
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["nightjar_delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"]
+APPS = ["nightjar_delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools", "mail"]
 # The product: what is deployed. devtools/ (ports, namespaces, gunicorn, a
 # guest client for the tests and bin/) is none of it, and imports none of it.
-PRODUCT = {"nightjar_delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks"}
+PRODUCT = {"nightjar_delivery", "tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "mail"}
 
 # app -> the top-level packages it must never import
 FORBIDDEN = {
-    "nightjar_delivery": {"tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools"},
+    "nightjar_delivery": {"tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "devtools", "mail"},
     # The engine's second user: Django and the engine only.
-    "nightjar_tasks": {"tickets", "door", "desk", "classroom", "nightjar", "devtools"},
-    "tickets": {"door", "desk", "classroom", "devtools"},
+    "nightjar_tasks": {"tickets", "door", "desk", "classroom", "nightjar", "devtools", "mail"},
+    # The domain tells its facts (tickets/signals.py); the guests' mails listen.
+    "tickets": {"door", "desk", "classroom", "devtools", "mail"},
+    "mail": {"door", "desk", "classroom", "nightjar", "devtools"},
     "door": {"desk", "classroom", "devtools"},
     "nightjar": {"door", "desk", "classroom", "devtools"},
     "desk": {"classroom", "devtools"},
@@ -54,8 +59,57 @@ def imported_names(source: str) -> list[tuple[int, str]]:
     return found
 
 
+# The apps that use the engine: its public face is their only door into it.
+ENGINE_USERS = {"tickets", "door", "desk", "classroom", "nightjar", "nightjar_tasks", "mail"}
+# A user's command may alias an engine command (Django's commands are public by name).
+ENGINE_COMMANDS = "nightjar_delivery.management.commands."
+
+
+def public_face() -> set[str]:
+    """The names nightjar_delivery exports, read from its source (no import runs)."""
+    tree = ast.parse((ROOT / "nightjar_delivery" / "__init__.py").read_text())
+    (table,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["_PUBLIC"]
+    ]
+    return {key.value for key in table.keys}
+
+
+def engine_imports(source: str) -> list[tuple[int, str, bool]]:
+    """(line, what, through the face) for each import of the engine: each name
+    of `from nightjar_delivery import` (True), a dotted `import` or a `from
+    nightjar_delivery.<module> import` (False: past the face)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [
+                (node.lineno, a.name, a.name == "nightjar_delivery")
+                for a in node.names
+                if a.name.startswith("nightjar_delivery")
+            ]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "nightjar_delivery":
+            found += [(node.lineno, f"nightjar_delivery.{alias.name}", True) for alias in node.names]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("nightjar_delivery.")
+        ):
+            found.append((node.lineno, node.module, False))
+    return found
+
+
 def violations(app: str, path: str, source: str) -> list[str]:
     problems = []
+    if app in ENGINE_USERS:
+        public = public_face()
+        for line, name, through_face in engine_imports(source):
+            if name == "nightjar_delivery" or name.startswith(ENGINE_COMMANDS):
+                continue
+            if not through_face or name.removeprefix("nightjar_delivery.") not in public:
+                problems.append(
+                    f"{path}:{line} imports {name} (a user of the engine imports only nightjar_delivery's names)"
+                )
     for line, module in imported_names(source):
         top = module.split(".")[0]
         if top in FORBIDDEN.get(app, ()):
@@ -160,6 +214,10 @@ def test_the_engine_is_read():
         ("tickets", "tickets/views.py", "from devtools.ports import free_port\n"),
         ("devtools", "devtools/web.py", "from tickets.models import Ticket\n"),
         ("devtools", "devtools/ports.py", "from tests.conftest import ROOT\n"),
+        ("tickets", "tickets/batch.py", "from nightjar_delivery.recording import record_rejection\n"),
+        ("nightjar_tasks", "nightjar_tasks/runner.py", "import nightjar_delivery.sql\n"),
+        ("desk", "desk/views.py", "def f():\n    from nightjar_delivery import health\n"),
+        ("door", "door/views.py", "from nightjar_delivery.codec import load_json\n"),
     ],
 )
 def test_a_forbidden_import_is_found(app, path, source):
@@ -180,6 +238,23 @@ def test_relative_and_allowed_imports_pass():
         "from classroom import verify\nfrom nightjar_delivery import exits\nfrom tickets.handlers import shown\n"
     )
     assert not violations("classroom", "classroom/lab.py", classroom)
+    face = "import nightjar_delivery as engine\nfrom nightjar_delivery import Channel, register, sql\n"
+    assert not violations("nightjar_tasks", "nightjar_tasks/channel.py", face)
+    alias = "from nightjar_delivery.management.commands.nightjar_worker import Command\n"
+    assert not violations("tickets", "tickets/management/commands/worker.py", alias)
+    # The engine itself reads its own modules.
+    assert not violations(
+        "nightjar_delivery", "nightjar_delivery/reconcile.py", "from nightjar_delivery import recording\n"
+    )
+
+
+def test_the_public_face_names_only_what_the_engine_defines():
+    """Every exported name resolves (the table the import check reads is the one the package serves)."""
+    import nightjar_delivery
+
+    assert public_face() == set(nightjar_delivery.__all__)
+    for name in nightjar_delivery.__all__:
+        assert getattr(nightjar_delivery, name) is not None, name
 
 
 def settings_read_outside_conf(path: str, source: str) -> list[str]:

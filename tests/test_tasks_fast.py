@@ -136,7 +136,7 @@ def test_a_failing_task_is_retried_then_failed_and_parked_then_requeued_by_staff
     assert reconcile().published == []  # parked: reconcile leaves it alone
 
     Group.objects.create(name="fixed-late")
-    engine.requeue_parked(channel.current(), code=result.id, actor="staff")
+    engine.requeue_parked(channel.current(), TaskRecord.objects.get(pk=result.id), actor="staff")
     drain()
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL

@@ -101,7 +101,7 @@ def test_requeue_of_a_parked_registration_refuses_a_ticket_without_its_key(worke
     registration = keyless_ticket(workers)
     ParkedDelivery.objects.create(registration=registration, reason="failed until the limit", attempts=3)
     with pytest.raises(NightjarError, match="without its key"):
-        requeue_parked(code=registration.code, actor="test")
+        requeue_parked(registration, actor="test")
     assert ParkedDelivery.objects.holding().filter(registration=registration).exists()
     safe_worker_makes_no_second_ticket(workers, registration)
 

@@ -10,9 +10,10 @@ from django.contrib import admin, messages
 from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpResponseRedirect
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import admin_plans, transport
+from nightjar_delivery import Plan, plan_then_apply, staff_reason, transport
 from tickets import contract
 from tickets.models import (
     Completion,
@@ -251,7 +252,7 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
                 refusals.append(str(error))
                 continue
             steps.append(("\n".join(plan.lines()), partial(self.repair, request, registration.code)))
-        plan = admin_plans.Plan(
+        plan = Plan(
             action="repair_duplicate_tickets",
             title="Repair duplicate tickets",
             steps=steps,
@@ -262,7 +263,7 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
             set_aside=refusals,
             set_aside_heading="Refused:",
         )
-        return admin_plans.plan_then_apply(self, request, plan)
+        return plan_then_apply(self, request, plan)
 
     def repair(self, request, code: str) -> str:
         return f"{code}: {repair_registration(code=code, actor=actor(request)).summary()}."
@@ -273,27 +274,47 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
     @admin.action(description="Cancel registrations (their seats go to the waiting list)", permissions=["cancel"])
     def cancel_registrations(self, request, queryset):
         """Show the plan and ask for a reason; cancel only when staff confirm."""
-        registrations = [r for r in queryset.order_by("pk")[:200] if r.seat != Seat.CANCELLED]
-        plan = admin_plans.Plan(
+        chosen = list(queryset.order_by("pk")[:200])
+        registrations = [r for r in chosen if r.seat != Seat.CANCELLED]
+        plan = Plan(
             action="cancel_registrations",
             title="Cancel registrations",
             steps=[
                 (f"{r.code} {r.name} ({r.get_seat_display()})", partial(self.cancel, request, r)) for r in registrations
             ],
-            selected=[r.pk for r in registrations],
+            selected=[r.pk for r in chosen],
             nothing="Every selected registration is already cancelled; there is nothing to cancel.",
+            set_aside=self.already_cancelled([r for r in chosen if r.seat == Seat.CANCELLED]),
+            set_aside_heading="Already cancelled, left alone:",
             confirm="cancel",
             button="Yes, cancel",
             note="A freed seat goes to the first guest on the waiting list, and their ticket is published.",
             reason_label="Reason (kept in the staff trail; required)",
             no_reason="Give a reason for the cancellation; nothing was cancelled.",
         )
-        return admin_plans.plan_then_apply(self, request, plan)
+        return plan_then_apply(self, request, plan)
+
+    @staticmethod
+    def already_cancelled(registrations) -> list[str]:
+        """Each one as staff read it: who cancelled it, and when (the staff trail's last cancel)."""
+        last = {}
+        for row in StaffAction.objects.filter(action="cancel", registration__in=registrations).order_by("at"):
+            last[row.registration_id] = row
+        lines = []
+        for r in registrations:
+            row = last.get(r.pk)
+            by = f", by {row.actor} at {timezone.localtime(row.at):%H:%M:%S}" if row else ""
+            lines.append(f"{r.code} {r.name} (cancelled{by})")
+        return lines
 
     def cancel(self, request, registration) -> str:
-        done = seats.cancel_registration(
-            registration=registration, actor=actor(request), reason=admin_plans.reason(request)
-        )
+        try:
+            done = seats.cancel_registration(
+                registration=registration, actor=actor(request), reason=staff_reason(request)
+            )
+        except seats.AlreadyCancelled as error:
+            # Cancelled between the plan and the confirmation (the guest's own link).
+            raise seats.AlreadyCancelled(f"{error} The reason you gave was not recorded: nothing needed it.") from None
         given = ", ".join(r.code for r in done.promoted)
         return f"{registration.code} cancelled" + (f"; its seat went to {given}." if given else ".")
 
@@ -456,20 +477,20 @@ class ParkedDeliveryAdmin(BoundedSearch, admin.ModelAdmin):
         return self.plan(request, queryset, "discard", discard_parked, "give up on (no ticket)")
 
     def plan(self, request, queryset, action: str, service, what: str):
-        codes = sorted({p.registration.code for p in queryset.select_related("registration") if p.registration})
+        chosen = {p.registration for p in queryset.select_related("registration") if p.registration}
 
-        def change(code: str) -> str:
-            service(code=code, actor=actor(request))
-            return f"{code}: {action}d."
+        def change(registration) -> str:
+            service(registration, actor=actor(request))
+            return f"{registration.code}: {action}d."
 
-        plan = admin_plans.Plan(
+        plan = Plan(
             action=action,
             title=f"{action.capitalize()} parked deliveries",
-            steps=[(f"{code}: {what}", partial(change, code)) for code in codes],
+            steps=[(f"{r.code}: {what}", partial(change, r)) for r in sorted(chosen, key=lambda r: r.code)],
             selected=list(queryset.values_list("pk", flat=True)),
             nothing=f"None of the selected deliveries names a registration; there is nothing to {action}.",
         )
-        return admin_plans.plan_then_apply(self, request, plan)
+        return plan_then_apply(self, request, plan)
 
 
 @admin.register(DeliveryFailure)

@@ -10,20 +10,20 @@ whole batch back and nothing is acked.
 
 from django.db import transaction
 
-from nightjar_delivery.recording import record_rejection
+from nightjar_delivery import record_rejection
 from tickets.checkpoints import checkpoint
 from tickets.models import Completion, Ticket
 
 
-def handle_batch(messages, rejections, ack_all, pause=None, *, user):
+def handle_batch(messages, rejections, ack_all, pause=None, *, channel):
     """messages: checked Messages; rejections: (delivery, reason) pairs,
-    recorded as the channel user's; ack_all(): ack every delivery of the
+    recorded in that channel's tables; ack_all(): ack every delivery of the
     batch at once. Returns the IDs of the registrations that got their ticket now."""
     checkpoint(pause, "before-write")
 
     with transaction.atomic():
         for delivery, reason in rejections:
-            record_rejection(delivery=delivery, reason=reason, user=user)
+            record_rejection(delivery=delivery, reason=reason, channel=channel)
         # INSERT ... ON CONFLICT DO NOTHING RETURNING: only the keys that were
         # new come back, on SQLite and PostgreSQL alike; a concurrent batch
         # holding the same key makes this wait, then skip it.

@@ -6,7 +6,7 @@ staff trace's row) is the engine's default, derived from the models."""
 
 from django.db.models import Q
 
-from nightjar_delivery import channel
+from nightjar_delivery import Channel
 from tickets import batch, conf, contract, handlers, metrics
 from tickets.models import (
     DeliveryFailure,
@@ -22,7 +22,7 @@ from tickets.services import registrations, staff, status
 from tickets.services.registrations import NightjarError, has_key, has_ticket
 
 
-class RegistrationsChannel(channel.Channel):
+class RegistrationsChannel(Channel):
     name = "registrations"
     intents = "registrations"
     outcome = "ticket"
@@ -37,7 +37,11 @@ class RegistrationsChannel(channel.Channel):
     hinted_ids = staticmethod(contract.hinted_ids)
     check_stored = staticmethod(contract.check_stored)
     claimed_id = staticmethod(contract.claimed_id)
-    handler_help = handlers.SAFE_HANDLER
+    handler_help = (
+        f"NIGHTJAR_HANDLER; in lab mode the learner's lab/handler.py once `lab start` made it; "
+        f"else {handlers.SAFE_HANDLER}"
+    )
+    teaches_checkpoints = True  # the lab's exercise: the worker paused or crashed at each checkpoint
     intent_model = Registration
     intent_field = "registration"
     intent_time_field = "created"
@@ -65,11 +69,11 @@ class RegistrationsChannel(channel.Channel):
         return handlers.default_handler()
 
     def load_handler(self, spec):
-        return handlers.load_handler(spec)  # handlers.HandlerError is a channel.HandlerError
+        return handlers.load_handler(spec)  # handlers.HandlerError is a nightjar_delivery.HandlerError
 
     def handle_batch(self, messages, rejections, ack_all, pause, stored):
         # (the messages carry what it writes; the rejections are recorded as this channel's)
-        return batch.handle_batch(messages, rejections, ack_all, pause, user=self)
+        return batch.handle_batch(messages, rejections, ack_all, pause, channel=self)
 
     # Reconcile and parking run in the engine (nightjar_delivery/reconcile.py); these are the domain's answers.
     refusal = NightjarError

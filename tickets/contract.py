@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 # The generic half (strict JSON, size limit, storable text) is the engine's;
 # contract.ContractError and contract.storable_text stay importable from here.
-from nightjar_delivery.codec import ContractError, check_size, load_json, storable_text  # noqa: F401
+from nightjar_delivery import ContractError, check_size, load_json, storable_text  # noqa: F401
 
 VERSION = 1
 MAX_NAME_LENGTH = 100

@@ -14,13 +14,14 @@ from pathlib import Path
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import channel, exits
+from nightjar_delivery import HandlerError as EngineHandlerError
+from nightjar_delivery import exits
 
 SAFE_HANDLER = "tickets.handler.handle"
 MODULE_NAME = "nightjar_learner_handler"
 
 
-class HandlerError(channel.HandlerError):
+class HandlerError(EngineHandlerError):
     """The handler cannot be loaded; str() is a short sentence naming the line."""
 
 

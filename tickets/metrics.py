@@ -3,7 +3,7 @@ worker's registration → ticket latency (RegistrationsChannel.latency: the
 engine's worker observes it). Without prometheus-client they count nothing
 (nightjar_delivery/metrics.py). The scrape-time gauges are in tickets/gauges.py."""
 
-from nightjar_delivery.metrics import Counter, Histogram
+from nightjar_delivery import Counter, Histogram
 
 REGISTRATIONS = Counter("nightjar_registrations_created", "Registrations stored by the web (the durable intent).")
 LATENCY = Histogram(

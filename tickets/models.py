@@ -9,8 +9,15 @@ from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models.signals import post_save, pre_save
 from django.utils import timezone
 
-from nightjar_delivery import records
-from nightjar_delivery.sql import execute, execute_and_commit, stored_now, vendor
+from nightjar_delivery import (
+    AbstractDeliveryFailure,
+    AbstractParkedDelivery,
+    AbstractRedelivery,
+    AbstractRejectedMessage,
+    AbstractWorkerReport,
+    sql,
+)
+from tickets import signals
 from tickets.contract import MAX_NAME_CODE_POINTS, format_code
 
 
@@ -58,7 +65,7 @@ class RegistrationManager(models.Manager):
         db = connections[DEFAULT_DB_ALIAS]
         fields, statement = _insert(self.model)
         values = [field.get_db_prep_save(field.pre_save(registration, True), db) for field in fields]
-        registration.pk = execute(statement, values)[0][0]
+        registration.pk = sql.execute(statement, values)[0][0]
         registration._state.adding, registration._state.db = False, DEFAULT_DB_ALIAS
 
     def stored(self, registration_ids) -> dict[int, tuple[tuple[str, str], float]]:
@@ -72,16 +79,16 @@ class RegistrationManager(models.Manager):
         if not ids:
             return {}
         table = self.model._meta.db_table
-        if vendor() == "postgresql":
+        if sql.vendor() == "postgresql":
             # One array parameter: PostgreSQL plans an IN list of 50 parameters
             # in ~3 ms, `= ANY(array)` in under 1 (bin/benchmark.py, batch rows).
-            rows = execute(
+            rows = sql.execute(
                 f"SELECT id, name, seat, EXTRACT(EPOCH FROM created)::float8 FROM {table} WHERE id = ANY(%s)", [ids]
             )
         else:
             # Django stores UTC text; julianday reads it (to the millisecond).
             marks = ", ".join(["%s"] * len(ids))
-            rows = execute(
+            rows = sql.execute(
                 f"SELECT id, name, seat, (julianday(created) - 2440587.5) * 86400.0 FROM {table} WHERE id IN ({marks})",
                 ids,
             )
@@ -102,6 +109,8 @@ class Registration(models.Model):
     # When a waiting guest got a freed seat; audit's grace period runs from here (else from created).
     promoted = models.DateTimeField(null=True, blank=True)
     cancelled = models.DateTimeField(null=True, blank=True)
+    # Optional: where the guest's mails go (mail/); empty for no mail.
+    email = models.EmailField("e-mail address", blank=True, default="")
 
     objects = RegistrationManager()
 
@@ -156,8 +165,10 @@ class TicketManager(models.Manager):
         fewer per batch)."""
         if not tickets:
             return
-        table, now, secrets_ = self.model._meta.db_table, stored_now(), new_secrets(len(tickets))
-        if vendor() == "postgresql":
+        # Before the INSERT, which may go with the COMMIT: receivers write in this transaction.
+        signals.tickets_issued.send(sender=self.model, registration_ids=[pk for pk, _ in tickets])
+        table, now, secrets_ = self.model._meta.db_table, sql.stored_now(), new_secrets(len(tickets))
+        if sql.vendor() == "postgresql":
             # Arrays, as in insert_new: three parameters whatever the batch's size.
             statement = (
                 f"INSERT INTO {table} (registration_id, name, issued, secret) SELECT pk, name, %s, secret "
@@ -169,9 +180,9 @@ class TicketManager(models.Manager):
             statement = f"INSERT INTO {table} (registration_id, name, issued, secret) VALUES {rows}"
             params = [v for (pk, name), secret in zip(tickets, secrets_, strict=True) for v in (pk, name, now, secret)]
         if commit:
-            execute_and_commit(statement, params)
+            sql.execute_and_commit(statement, params)
         else:
-            execute(statement, params, fetch=False)
+            sql.execute(statement, params, fetch=False)
 
 
 class Ticket(models.Model):
@@ -213,15 +224,15 @@ class CompletionManager(models.Manager):
         if not ids:
             return set()
         table = self.model._meta.db_table
-        now = stored_now()
-        if vendor() == "postgresql":
+        now = sql.stored_now()
+        if sql.vendor() == "postgresql":
             # One array parameter (unnest keeps the ascending order): psycopg parses the text of
             # a statement of more than 50 parameters anew on every call (its cache stops there):
             # ~0.2 ms for a batch's 100 values, ~0.4 ms for its tickets' 200 (issue 43).
             rows, params = "SELECT unnest(%s::bigint[]), %s", [ids, now]
         else:
             rows, params = "VALUES " + ", ".join(["(%s, %s)"] * len(ids)), [v for pk in ids for v in (pk, now)]
-        inserted = execute(
+        inserted = sql.execute(
             f"INSERT INTO {table} (registration_id, completed) {rows} "
             "ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id",
             params,
@@ -247,7 +258,7 @@ class Completion(models.Model):
         return f"completion {format_code(self.registration_id)}"
 
 
-class RejectedMessage(records.AbstractRejectedMessage):
+class RejectedMessage(AbstractRejectedMessage):
     """A delivery that broke the contract or did not match its registration.
     Recorded (and only then acked) so that nothing is silently dropped."""
 
@@ -277,7 +288,7 @@ class StaffAction(models.Model):
         return f"{self.actor}: {self.action} {self.registration.code if self.registration_id else ''}".strip()
 
 
-class DeliveryFailure(records.AbstractDeliveryFailure):
+class DeliveryFailure(AbstractDeliveryFailure):
     """One attempt the worker could not finish (the error was logged and the
     delivery handed back). Parking names the last one as its reason."""
 
@@ -286,7 +297,7 @@ class DeliveryFailure(records.AbstractDeliveryFailure):
     )
 
 
-class ParkedDelivery(records.AbstractParkedDelivery):
+class ParkedDelivery(AbstractParkedDelivery):
     """A delivery that used up its delivery limit — the worker counted its
     failures to NIGHTJAR_DELIVERY_LIMIT, or the broker's backstop moved it to
     `<queue>.dead` and reconcile collected it — held in the database for a
@@ -301,7 +312,7 @@ class ParkedDelivery(records.AbstractParkedDelivery):
         return f"parked {code}: {self.reason[:60]}"
 
 
-class Redelivery(records.AbstractRedelivery):
+class Redelivery(AbstractRedelivery):
     """A delivery the broker had sent before (a worker died, failed or was
     stopped with it unacknowledged). Written by the worker for redeliveries
     only, a batch's in one statement: a normal delivery writes nothing here."""
@@ -311,5 +322,5 @@ class Redelivery(records.AbstractRedelivery):
     )
 
 
-class WorkerReport(records.AbstractWorkerReport):
+class WorkerReport(AbstractWorkerReport):
     """What a running worker says about itself (nightjar_delivery/records.py)."""

@@ -159,6 +159,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--processes", type=int, nargs="+", default=[1, 2], help="Worker processes to measure (default 1 2)."
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="Another checkout (e.g. a git worktree of main): pairs also run its worker after this one's, "
+        "and report this one's as a ratio of it.",
+    )
     return parser.parse_args(argv)
 
 
@@ -197,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import sections
         from nightjar_delivery import transport
 
-        sections.configure(folder, runs=1 if args.quick else 3)
+        sections.configure(folder, runs=1 if args.quick else 3, before=args.before and args.before.resolve())
         say(sections.describe())
         sections.prepare_database()
         try:

@@ -50,10 +50,16 @@ FOLDER = Path("/nonexistent")  # set by configure()
 DATABASE_LIBRARY = "sqlite3" if connection.vendor == "sqlite" else "psycopg"
 
 
-def configure(folder: Path, runs: int) -> None:
-    """Where the sections write (the scratch folder) and how many runs make a figure."""
-    global FOLDER, RUNS
-    FOLDER, RUNS = folder, runs
+# Another checkout whose worker the pairs also run, right after this one's
+# (--before TREE): a change's before and after measured in one run.
+BEFORE: Path | None = None
+
+
+def configure(folder: Path, runs: int, before: Path | None = None) -> None:
+    """Where the sections write (the scratch folder), how many runs make a
+    figure, and the checkout to compare the worker with (none by default)."""
+    global FOLDER, RUNS, BEFORE
+    FOLDER, RUNS, BEFORE = folder, runs, before
 
 
 def say(line: str) -> None:
@@ -150,9 +156,12 @@ def worker_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def start_workers(count: int, *args: str, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
-    """Workers in service mode; their output goes to a file, as under a service manager."""
-    command = [PYTHON, str(ROOT / "manage.py"), "worker", "--serve", *args]
+def start_workers(
+    count: int, *args: str, env: dict[str, str] | None = None, root: Path = ROOT
+) -> list[subprocess.Popen]:
+    """Workers in service mode (this checkout's, or root's); their output goes
+    to a file, as under a service manager."""
+    command = [PYTHON, str(root / "manage.py"), "worker", "--serve", *args]
     procs = []
     for _ in range(count):
         with open(FOLDER / f"worker-{uuid.uuid4().hex[:6]}.log", "w") as log:
@@ -329,9 +338,9 @@ def bench_raw(n: int) -> None:
 # --- 2 and 3. Nightjar's worker --------------------------------------------
 
 
-def nightjar_rate(n: int, processes: int, *args: str, env: dict[str, str] | None = None) -> float:
+def nightjar_rate(n: int, processes: int, *args: str, env: dict[str, str] | None = None, root: Path = ROOT) -> float:
     prepare(n)
-    procs = start_workers(processes, *args, env=env)
+    procs = start_workers(processes, *args, env=env, root=root)
     try:
         wait_for_tickets(n, procs)
     finally:
@@ -770,10 +779,14 @@ def run_pairs(prefix: str, rows, n: int) -> None:
         say(f"Pairs, {mode} ({n} deliveries, {RUNS} runs; raw ceilings then the worker, in each run)")
         values: dict[str, list[float]] = {key: [] for key, _, _ in raws}
         values["worker"] = []
-        for _ in range(RUNS):
+        values["before"] = []
+        for run in range(RUNS):
             for key, _, contender in raws:
                 values[key].append(measured(n, contender))
-            values["worker"].append(nightjar_rate(n, 1, *args))
+            # With --before, the two checkouts take turns going first: neither always meets a warmer machine.
+            order = [("worker", ROOT), ("before", BEFORE)] if BEFORE else [("worker", ROOT)]
+            for key, root in order[:: -1 if run % 2 else 1]:
+                values[key].append(nightjar_rate(n, 1, *args, root=root))
         slug = mode.replace(" ", "_")
         for key, label, _ in raws:
             record(f"{prefix}_{slug}_{key}", label, values[key], "deliveries/s")
@@ -784,6 +797,12 @@ def run_pairs(prefix: str, rows, n: int) -> None:
             figure[f"ratios_to_{key}"] = ratios
             runs = ", ".join(f"{ratio:.2f}" for ratio in ratios)
             say(f"    = {statistics.median(ratios):.0%} of {label} (median of the runs' ratios: {runs})")
+        if BEFORE:
+            record(f"{prefix}_{slug}_before", f"{worker_label}, {BEFORE}", values["before"], "deliveries/s")
+            ratios = [now / then for now, then in zip(values["worker"], values["before"], strict=True)]
+            figure["ratio_to_before"] = statistics.median(ratios)
+            runs = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            say(f"    = {statistics.median(ratios):.0%} of the worker in {BEFORE} (median of the runs' ratios: {runs})")
 
 
 def bench_redis_pairs(n: int) -> None:
@@ -869,7 +888,7 @@ def on_postgres(sections: list[str], quick: bool, *args: str) -> None:
     with stack.postgres_cluster() as url:
         child_json = FOLDER / f"postgres-{uuid.uuid4().hex[:6]}.json"
         command = [PYTHON, str(ROOT / "bin" / "benchmark.py"), "--only", *sections, "--json", str(child_json)]
-        command += [*args] + (["--quick"] if quick else [])
+        command += [*args] + (["--quick"] if quick else []) + (["--before", str(BEFORE)] if BEFORE else [])
         env = {**os.environ, "NIGHTJAR_BENCH_DATABASE_URL": url}
         env.pop("DATABASE_URL", None)
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

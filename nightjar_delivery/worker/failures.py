@@ -54,18 +54,18 @@ class Failures:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
                 return self.each_alone(work)
             delivery = work[0]
-            started = recording.forget_started(started, user=self.channel)  # a failure, not a death
+            started = recording.forget_started(started, channel=self.channel)  # a failure, not a death
             logger.exception("A delivery failed; handing it back to %s unacked", transport.name())
             self.failed += 1
             self.connections_suspect = True
             metrics.FAILED.inc()
-            recording.record_failure(delivery=delivery, error=error, worker=self.name, user=self.channel)
+            recording.record_failure(delivery=delivery, error=error, worker=self.name, channel=self.channel)
             if self.park_if_failed_too_often(delivery):
                 return []
             return [(delivery, error)]
         finally:
             # Still alive (done, failed, interrupted): nothing to charge.
-            recording.forget_started(started, user=self.channel)
+            recording.forget_started(started, channel=self.channel)
 
     def each_alone(self, work: list[transport.Delivery]) -> list[tuple[transport.Delivery, Exception]]:
         """A batch's deliveries one at a time, each in a transaction of its own.
@@ -90,14 +90,14 @@ class Failures:
         delivery was parked instead of run."""
         if self.park_if_failed_too_often(delivery):
             return False
-        return recording.record_started(delivery=delivery, worker=self.name, user=self.channel)
+        return recording.record_started(delivery=delivery, worker=self.name, channel=self.channel)
 
     def park_if_failed_too_often(self, delivery: transport.Delivery) -> bool:
         """Nightjar's own delivery limit (recording.park_after_failures): the
         park is committed first, then the delivery acked. False when the
         limit is not reached, or the database cannot say (hand it back)."""
         try:
-            code = recording.park_after_failures(delivery=delivery, user=self.channel)
+            code = recording.park_after_failures(delivery=delivery, channel=self.channel)
         except DatabaseError:
             logger.warning("Could not count the failed attempts; handing the delivery back", exc_info=True)
             return False
@@ -106,7 +106,7 @@ class Failures:
         self.consumer.ack(delivery.tag)
         self.say(
             f"Parked {code}: its delivery failed {conf.NIGHTJAR_DELIVERY_LIMIT} times "
-            "(the delivery limit); see `parked`."
+            "(the delivery limit); see `nightjar_parked`."
         )
         return True
 
@@ -115,5 +115,5 @@ class Failures:
         the terminal, one record for staff; reconcile republishes them."""
         while self.consumer.lost:
             entry = self.consumer.lost.pop(0)
-            recording.record_lost_entry(entry=entry, worker=self.name, user=self.channel)
+            recording.record_lost_entry(entry=entry, worker=self.name, channel=self.channel)
             self.say(f"{transport.name()} entry {entry} was trimmed before it was handled; reconcile republishes it.")

@@ -5,7 +5,7 @@ what a Ctrl+C at a checkpoint did to the delivery under way."""
 
 import time
 
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection, router, transaction
 from django.utils import timezone
 
 from nightjar_delivery import conf, metrics, recording, transport
@@ -24,26 +24,28 @@ class Handling:
         self.check_connections()
         started = time.perf_counter()
         accepted, rejections, stored = self.screen(deliveries, batch=batch)
-        if batch:
-            self.handle_batch(deliveries, accepted, rejections, stored, started)
-            return
-        for delivery, reason in rejections:
-            self.reject(delivery, reason)
-        for delivery, message, key in accepted:
-            self.handle_one(delivery, message, key, stored[key][1], started)
+        # The database transport: the ack joins the handler's commit (transport.ack_within).
+        with transport.ack_within(self.consumer, deliveries, using=router.db_for_write(self.channel.intent_model)):
+            if batch:
+                self.handle_batch(deliveries, accepted, rejections, stored, started)
+                return
+            for delivery, reason in rejections:
+                self.reject(delivery, reason)
+            for delivery, message, key in accepted:
+                self.handle_one(delivery, message, key, stored[key][1], started)
 
     def handle_batch(self, deliveries, accepted, rejections, stored, started: float) -> None:
         """The checked messages and the rejections in one transaction (the
         channel's handle_batch), then one ack for the whole batch."""
-        user = self.channel
+        channel = self.channel
         messages = [message for _, message, _ in accepted]
         if accepted:
-            self.say("\n".join(f"Received {user.label(key)} redelivered={d.redelivered}" for d, _, key in accepted))
+            self.say("\n".join(f"Received {channel.label(key)} redelivered={d.redelivered}" for d, _, key in accepted))
             keys = [key for _, _, key in accepted]
-            self.on = f"batch of {len(deliveries)}, {user.label(min(keys))}–{user.label(max(keys))}"
+            self.on = f"batch of {len(deliveries)}, {channel.label(min(keys))}–{channel.label(max(keys))}"
         tags = [delivery.tag for delivery in deliveries]
         ack_all = lambda: self.consumer.ack_many(tags, flush=self.flush_acks)  # noqa: E731
-        new = user.handle_batch(messages, rejections, ack_all, self.pause, stored)
+        new = channel.handle_batch(messages, rejections, ack_all, self.pause, stored)
         for delivery, reason in rejections:
             self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
         self.handled += len(messages)
@@ -88,7 +90,7 @@ class Handling:
 
     def interrupted(self) -> str:
         """What a Ctrl+C at a checkpoint did to the delivery, in one honest sentence."""
-        if self.current is not None and self.current_acked:
+        if (self.current is not None and self.current_acked) or transport.acked_within(self.consumer, self.current):
             return f"Interrupted; the delivery was already acked, so {transport.name()} has forgotten it: nothing goes back."
         sentence = f"Interrupted; the delivery goes back to {transport.name()}."
         if self.current is None:
@@ -105,7 +107,7 @@ class Handling:
     def reject(self, delivery: transport.Delivery, reason: str) -> None:
         # Commit the record first; only then may RabbitMQ forget the delivery.
         with transaction.atomic():
-            record = recording.record_rejection(delivery=delivery, reason=reason, user=self.channel)
+            record = recording.record_rejection(delivery=delivery, reason=reason, channel=self.channel)
         self.consumer.ack(delivery.tag)
         self.rejected += 1
         metrics.REJECTED.inc()

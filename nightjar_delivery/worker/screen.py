@@ -21,22 +21,22 @@ class Screening:
         own stored intent. Returns (accepted: [(delivery, message, key)],
         rejections: [(delivery, reason)], stored: {key: (what, when stored)});
         the caller records the rejections before it acks them."""
-        user = self.channel
+        channel = self.channel
         decoded, rejections = [], []
         for delivery in deliveries:
             try:
-                message = user.decode(delivery.body)
+                message = channel.decode(delivery.body)
             except ContractError as error:
                 rejections.append((delivery, str(error)))
                 continue
-            decoded.append((delivery, message, user.intent_id(message)))
+            decoded.append((delivery, message, channel.intent_id(message)))
         keys = {key for _, _, key in decoded}
-        stored = self.read_ahead(*keys) if len(keys) == 1 and not batch else user.stored(keys)  # {} for none
+        stored = self.read_ahead(*keys) if len(keys) == 1 and not batch else channel.stored(keys)  # {} for none
         self.note_redeliveries(deliveries, {delivery.tag: key for delivery, _, key in decoded})
         accepted = []
         for delivery, message, key in decoded:
             try:
-                user.check_stored(message, stored.get(key, (None,))[0])
+                channel.check_stored(message, stored.get(key, (None,))[0])
             except ContractError as error:
                 rejections.append((delivery, str(error)))
                 continue
@@ -50,7 +50,7 @@ class Screening:
         again = [delivery for delivery in deliveries if delivery.redelivered]
         if again:
             pairs = [(keys.get(d.tag), d.attempts + 1) for d in again]
-            recording.record_redeliveries(deliveries=pairs, worker=self.name, user=self.channel)
+            recording.record_redeliveries(deliveries=pairs, worker=self.name, channel=self.channel)
 
     def read_ahead(self, key: int) -> dict[int, tuple[object, float]]:
         """The stored intent of one delivery ({} if there is none), read in one

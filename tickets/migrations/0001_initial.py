@@ -7,64 +7,85 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Registration',
+            name="Registration",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('created', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('secret', models.CharField(default=tickets.models.new_secret, editable=False, max_length=64)),
-                ('submission_key', models.CharField(blank=True, editable=False, max_length=64, null=True, unique=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("created", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("secret", models.CharField(default=tickets.models.new_secret, editable=False, max_length=64)),
+                ("submission_key", models.CharField(blank=True, editable=False, max_length=64, null=True, unique=True)),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Completion',
+            name="Completion",
             fields=[
-                ('registration', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, primary_key=True, related_name='completion', serialize=False, to='tickets.registration')),
-                ('completed', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "registration",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        primary_key=True,
+                        related_name="completion",
+                        serialize=False,
+                        to="tickets.registration",
+                    ),
+                ),
+                ("completed", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['registration_id'],
+                "ordering": ["registration_id"],
             },
         ),
         migrations.CreateModel(
-            name='RejectedMessage',
+            name="RejectedMessage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('reason', models.CharField(max_length=300)),
-                ('body_excerpt', models.TextField(blank=True)),
-                ('body_sha256', models.CharField(db_index=True, max_length=64)),
-                ('body_size', models.PositiveIntegerField()),
-                ('message_id', models.CharField(blank=True, max_length=200)),
-                ('redelivered', models.BooleanField(default=False)),
-                ('received', models.DateTimeField(default=django.utils.timezone.now)),
-                ('registration', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='rejected_messages', to='tickets.registration')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("reason", models.CharField(max_length=300)),
+                ("body_excerpt", models.TextField(blank=True)),
+                ("body_sha256", models.CharField(db_index=True, max_length=64)),
+                ("body_size", models.PositiveIntegerField()),
+                ("message_id", models.CharField(blank=True, max_length=200)),
+                ("redelivered", models.BooleanField(default=False)),
+                ("received", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "registration",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="rejected_messages",
+                        to="tickets.registration",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-received', '-id'],
+                "ordering": ["-received", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Ticket',
+            name="Ticket",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('issued', models.DateTimeField(default=django.utils.timezone.now)),
-                ('secret', models.CharField(default=tickets.models.new_secret, editable=False, max_length=64)),
-                ('registration', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='tickets', to='tickets.registration')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("issued", models.DateTimeField(default=django.utils.timezone.now)),
+                ("secret", models.CharField(default=tickets.models.new_secret, editable=False, max_length=64)),
+                (
+                    "registration",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="tickets", to="tickets.registration"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
     ]

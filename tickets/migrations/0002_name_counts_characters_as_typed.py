@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tickets', '0001_initial'),
+        ("tickets", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='registration',
-            name='name',
+            model_name="registration",
+            name="name",
             field=models.CharField(max_length=300),
         ),
         migrations.AlterField(
-            model_name='ticket',
-            name='name',
+            model_name="ticket",
+            name="name",
             field=models.CharField(max_length=300),
         ),
     ]

@@ -6,24 +6,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tickets', '0002_name_counts_characters_as_typed'),
+        ("tickets", "0002_name_counts_characters_as_typed"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='StaffAction',
+            name="StaffAction",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor', models.CharField(max_length=150)),
-                ('action', models.CharField(max_length=40)),
-                ('detail', models.CharField(blank=True, max_length=500)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('registration', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='staff_actions', to='tickets.registration')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("actor", models.CharField(max_length=150)),
+                ("action", models.CharField(max_length=40)),
+                ("detail", models.CharField(blank=True, max_length=500)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "registration",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="staff_actions",
+                        to="tickets.registration",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at', '-id'],
+                "ordering": ["-at", "-id"],
             },
         ),
     ]

@@ -6,42 +6,66 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tickets', '0003_staff_actions'),
+        ("tickets", "0003_staff_actions"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DeliveryFailure',
+            name="DeliveryFailure",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('worker', models.CharField(max_length=100)),
-                ('error', models.CharField(max_length=300)),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('registration', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='delivery_failures', to='tickets.registration')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("worker", models.CharField(max_length=100)),
+                ("error", models.CharField(max_length=300)),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "registration",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="delivery_failures",
+                        to="tickets.registration",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at', '-id'],
+                "ordering": ["-at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='ParkedDelivery',
+            name="ParkedDelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('reason', models.CharField(max_length=300)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('body_excerpt', models.TextField(blank=True)),
-                ('body_sha256', models.CharField(max_length=64)),
-                ('parked', models.DateTimeField(default=django.utils.timezone.now)),
-                ('resolution', models.CharField(blank=True, choices=[('', 'waiting for staff'), ('requeued', 'requeued'), ('discarded', 'discarded')], max_length=20)),
-                ('resolved_by', models.CharField(blank=True, max_length=150)),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('registration', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='parked_deliveries', to='tickets.registration')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("reason", models.CharField(max_length=300)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("body_excerpt", models.TextField(blank=True)),
+                ("body_sha256", models.CharField(max_length=64)),
+                ("parked", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "resolution",
+                    models.CharField(
+                        blank=True,
+                        choices=[("", "waiting for staff"), ("requeued", "requeued"), ("discarded", "discarded")],
+                        max_length=20,
+                    ),
+                ),
+                ("resolved_by", models.CharField(blank=True, max_length=150)),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "registration",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="parked_deliveries",
+                        to="tickets.registration",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'parked deliveries',
-                'ordering': ['-parked', '-id'],
+                "verbose_name_plural": "parked deliveries",
+                "ordering": ["-parked", "-id"],
             },
         ),
     ]

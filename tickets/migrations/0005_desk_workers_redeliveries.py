@@ -6,46 +6,54 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tickets', '0004_parked_deliveries'),
+        ("tickets", "0004_parked_deliveries"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkerReport',
+            name="WorkerReport",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('host', models.CharField(max_length=100)),
-                ('pid', models.PositiveIntegerField()),
-                ('transport', models.CharField(max_length=20)),
-                ('mode', models.CharField(max_length=100)),
-                ('started', models.DateTimeField()),
-                ('last_seen', models.DateTimeField(db_index=True)),
-                ('stopped', models.DateTimeField(blank=True, null=True)),
-                ('handled', models.PositiveBigIntegerField(default=0)),
-                ('rejected', models.PositiveBigIntegerField(default=0)),
-                ('failed', models.PositiveBigIntegerField(default=0)),
-                ('handed_back', models.PositiveBigIntegerField(default=0)),
-                ('current', models.CharField(blank=True, max_length=100)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("host", models.CharField(max_length=100)),
+                ("pid", models.PositiveIntegerField()),
+                ("transport", models.CharField(max_length=20)),
+                ("mode", models.CharField(max_length=100)),
+                ("started", models.DateTimeField()),
+                ("last_seen", models.DateTimeField(db_index=True)),
+                ("stopped", models.DateTimeField(blank=True, null=True)),
+                ("handled", models.PositiveBigIntegerField(default=0)),
+                ("rejected", models.PositiveBigIntegerField(default=0)),
+                ("failed", models.PositiveBigIntegerField(default=0)),
+                ("handed_back", models.PositiveBigIntegerField(default=0)),
+                ("current", models.CharField(blank=True, max_length=100)),
             ],
             options={
-                'ordering': ['-last_seen', '-id'],
+                "ordering": ["-last_seen", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Redelivery',
+            name="Redelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('worker', models.CharField(max_length=100)),
-                ('delivery', models.PositiveIntegerField()),
-                ('at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('registration', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='redeliveries', to='tickets.registration')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("worker", models.CharField(max_length=100)),
+                ("delivery", models.PositiveIntegerField()),
+                ("at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "registration",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="redeliveries",
+                        to="tickets.registration",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'redeliveries',
-                'ordering': ['-at', '-id'],
+                "verbose_name_plural": "redeliveries",
+                "ordering": ["-at", "-id"],
             },
         ),
     ]

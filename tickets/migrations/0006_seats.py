@@ -9,40 +9,49 @@ def the_evening(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tickets', '0005_desk_workers_redeliveries'),
+        ("tickets", "0005_desk_workers_redeliveries"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Evening',
+            name="Evening",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('capacity', models.PositiveIntegerField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("capacity", models.PositiveIntegerField(blank=True, null=True)),
             ],
             options={
-                'verbose_name': 'evening',
+                "verbose_name": "evening",
             },
         ),
         migrations.AlterModelOptions(
-            name='registration',
-            options={'ordering': ['id'], 'permissions': [('cancel_registration', 'Can cancel a registration (its seat goes to the waiting list)')]},
+            name="registration",
+            options={
+                "ordering": ["id"],
+                "permissions": [
+                    ("cancel_registration", "Can cancel a registration (its seat goes to the waiting list)")
+                ],
+            },
         ),
         migrations.AddField(
-            model_name='registration',
-            name='cancelled',
+            model_name="registration",
+            name="cancelled",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='registration',
-            name='promoted',
+            model_name="registration",
+            name="promoted",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='registration',
-            name='seat',
-            field=models.CharField(choices=[('confirmed', 'has a seat'), ('waiting', 'waiting'), ('cancelled', 'cancelled')], db_index=True, default='confirmed', max_length=10),
+            model_name="registration",
+            name="seat",
+            field=models.CharField(
+                choices=[("confirmed", "has a seat"), ("waiting", "waiting"), ("cancelled", "cancelled")],
+                db_index=True,
+                default="confirmed",
+                max_length=10,
+            ),
         ),
         migrations.RunPython(the_evening, migrations.RunPython.noop),
     ]

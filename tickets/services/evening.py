@@ -2,7 +2,7 @@
 seat decision takes (services/seats.py builds cancelling and the capacity on
 it; registrations.register_guest asks seat_for_newcomer)."""
 
-from nightjar_delivery.sql import execute, vendor
+from nightjar_delivery import sql
 from tickets.models import Evening, Registration, Seat
 
 
@@ -17,12 +17,12 @@ def locked_capacity(*, exclusive: bool = True) -> int | None:
     needs the capacity to stay unset (registrations with room for everyone
     do not queue behind each other). Call inside transaction.atomic()."""
     table = Evening._meta.db_table
-    lock = (" FOR UPDATE" if exclusive else " FOR SHARE") if vendor() == "postgresql" else ""
-    rows = execute(f"SELECT capacity FROM {table} WHERE id = 1{lock}", [])
+    lock = (" FOR UPDATE" if exclusive else " FOR SHARE") if sql.vendor() == "postgresql" else ""
+    rows = sql.execute(f"SELECT capacity FROM {table} WHERE id = 1{lock}", [])
     if not rows:
         # A database flushed by a test, or made before the migration's row: make it, then lock it.
         Evening.objects.get_or_create(pk=1)
-        rows = execute(f"SELECT capacity FROM {table} WHERE id = 1{lock}", [])
+        rows = sql.execute(f"SELECT capacity FROM {table} WHERE id = 1{lock}", [])
     return rows[0][0]
 
 
@@ -30,7 +30,7 @@ def capacity() -> int | None:
     """The capacity as it stands (no lock): None is room for everyone. A
     plain statement: every guest's POST asks (the ORM's query cost more than
     the read, issue 43)."""
-    rows = execute(f"SELECT capacity FROM {Evening._meta.db_table} WHERE id = 1", [])
+    rows = sql.execute(f"SELECT capacity FROM {Evening._meta.db_table} WHERE id = 1", [])
     return rows[0][0] if rows else None
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count
 
-from nightjar_delivery import health, transport
+from nightjar_delivery import queue_status, transport
 from tickets import conf, contract
 from tickets.models import ParkedDelivery, Registration, RejectedMessage, Seat, Ticket
 from tickets.services import seats
@@ -83,7 +83,7 @@ def delivery_status() -> DeliveryStatus:
     seated = Registration.objects.filter(seat=Seat.CONFIRMED)  # the ticket states are those of a seat
     per_registration = seated.annotate(ticket_count=Count("tickets"))
     one_ticket = per_registration.filter(ticket_count=1)
-    queue, queue_error = health.queue_status(conf.NIGHTJAR_QUEUE)
+    queue, queue_error = queue_status(conf.NIGHTJAR_QUEUE)
     counts = seats.seat_counts()
     return DeliveryStatus(
         registrations=Registration.objects.count(),
@@ -109,7 +109,7 @@ def desk_gauges() -> dict:
     """What a metrics scrape reads at that moment: pending and parked
     registrations from the database, queue depth from the broker (None when
     it does not answer within its deadline)."""
-    queue, _ = health.queue_status(conf.NIGHTJAR_QUEUE)
+    queue, _ = queue_status(conf.NIGHTJAR_QUEUE)
     return {
         "pending": pending_registrations().count(),
         "parked": parked_without_ticket().count(),

@@ -17,25 +17,31 @@ class Command(BaseCommand):
         actions.add_parser("collect", help="Move the dead-letter queue into the database: record, then ack.")
         for name, what in (("requeue", "Publish it again"), ("discard", "Give up on it")):
             action = actions.add_parser(name, help=f"{what}; leaves a trace.")
-            action.add_argument("code", help="The id `parked` lists, as the channel writes it.")
+            action.add_argument("code", help="The id `nightjar_parked` lists, as the channel writes it.")
 
     def handle(self, *args, **options):
         action = options["action"] or "list"
-        user = exits.select_channel(options["channel"])
+        channel = exits.select_channel(options["channel"])
         with exits.exit_codes():
             if action == "collect":
-                self.collect(user)
+                self.collect(channel)
             elif action == "requeue":
-                intent = reconcile.requeue_parked(user, code=options["code"], actor=user.actor("parked requeue"))
-                self.stdout.write(f"Requeued {user.label(intent.pk)}: it is pending again and is being published.")
+                intent = reconcile.requeue_parked(
+                    channel, channel.find(options["code"]), actor=channel.actor("parked requeue")
+                )
+                self.stdout.write(f"Requeued {channel.label(intent.pk)}: it is pending again and is being published.")
             elif action == "discard":
-                intent = reconcile.discard_parked(user, code=options["code"], actor=user.actor("parked discard"))
-                self.stdout.write(f"Discarded {user.label(intent.pk)}: it stays parked, without its {user.outcome}.")
+                intent = reconcile.discard_parked(
+                    channel, channel.find(options["code"]), actor=channel.actor("parked discard")
+                )
+                self.stdout.write(
+                    f"Discarded {channel.label(intent.pk)}: it stays parked, without its {channel.outcome}."
+                )
             else:
-                self.show_list(user)
+                self.show_list(channel)
 
-    def collect(self, user):
-        report = reconcile.collect_dead_letters(user)
+    def collect(self, channel):
+        report = reconcile.collect_dead_letters(channel)
         for code in report.parked:
             self.stdout.write(f"Parked {code}")
         for code in report.requeued:
@@ -43,11 +49,11 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Collected {len(report.parked) + len(report.requeued) + report.dropped + report.rejected} dead letters: "
             f"{len(report.parked)} parked, {len(report.requeued)} requeued, "
-            f"{report.rejected} rejected messages, {report.dropped} already had their {user.outcome}."
+            f"{report.rejected} rejected messages, {report.dropped} already had their {channel.outcome}."
         )
 
-    def show_list(self, user):
-        waiting = reconcile.parked_lines(user)
+    def show_list(self, channel):
+        waiting = reconcile.parked_lines(channel)
         for line in waiting:
             self.stdout.write(line)
         self.stdout.write(f"{len(waiting)} parked deliveries wait for staff.")

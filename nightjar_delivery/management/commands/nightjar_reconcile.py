@@ -25,14 +25,14 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
-        user = exits.select_channel(options["channel"])
+        channel = exits.select_channel(options["channel"])
         with exits.exit_codes():
             report = reconcile.reconcile(
-                user, limit=options["limit"], older_than=options["older_than"], actor=user.actor("reconcile")
+                channel, limit=options["limit"], older_than=options["older_than"], actor=channel.actor("reconcile")
             )
         collected = report.collected
         for code in collected.parked:
-            self.stdout.write(f"Parked {code}: its delivery failed until the delivery limit (see `parked`)")
+            self.stdout.write(f"Parked {code}: its delivery failed until the delivery limit (see `nightjar_parked`)")
         for code in collected.requeued:
             self.stdout.write(f"Requeued {code}: dead-lettered by interruptions alone, no failure recorded")
         for code in report.published[:SHOWN]:

@@ -1,10 +1,12 @@
+import argparse
 import gc
 import itertools
 import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from nightjar_delivery import channel, exits, metrics, transport
+from nightjar_delivery import channel as channels
+from nightjar_delivery import exits, metrics, transport
 from nightjar_delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
 from nightjar_delivery.worker import Worker
 
@@ -25,9 +27,10 @@ def _default_handlers(argv: list[str]) -> str:
         ),
         None,
     )
-    users = [user for user in channel.all() if user.name == named] or channel.all()
+    chosen = [channel for channel in channels.all() if channel.name == named] or channels.all()
     return (
-        "; ".join(f"{user.name}: {user.handler_help or user.default_handler()}" for user in users) or "none registered"
+        "; ".join(f"{channel.name}: {channel.handler_help or channel.default_handler()}" for channel in chosen)
+        or "none registered"
     )
 
 
@@ -45,15 +48,24 @@ class Command(BaseCommand):
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--drain", action="store_true", help="Repeat until nothing is ready, then print a count.")
         mode.add_argument("--serve", action="store_true", help="Consume until SIGTERM/SIGINT (service mode).")
-        parser.add_argument("--pause", choices=CHECKPOINTS, help="Stop at this checkpoint until Enter or Ctrl+C.")
+        # The crash-window switches of a site that teaches them (a channel with teaches_checkpoints);
+        # accepted everywhere (the tests kill workers at each checkpoint), shown only there.
+        taught = any(channel.teaches_checkpoints for channel in channels.all())
         parser.add_argument(
-            "--crash", choices=sorted(CRASHES), help="Exit abruptly: before (21) the write, after (22) the commit."
+            "--pause",
+            choices=CHECKPOINTS,
+            help="Stop at this checkpoint until Enter or Ctrl+C." if taught else argparse.SUPPRESS,
+        )
+        parser.add_argument(
+            "--crash",
+            choices=sorted(CRASHES),
+            help="Exit abruptly: before (21) the write, after (22) the commit." if taught else argparse.SUPPRESS,
         )
         parser.add_argument(
             "--handler",
             help=(
-                f"Dotted path or .py file of the handler (default: NIGHTJAR_HANDLER; in lab mode the learner's "
-                f"lab/handler.py once `lab start` made it; else the channel's own: {_default_handlers(getattr(self, 'argv', []))})."
+                "Dotted path or .py file of the handler (default: the channel's own: "
+                f"{_default_handlers(getattr(self, 'argv', []))})."
             ),
         )
         exits.add_channel_argument(parser)
@@ -139,11 +151,11 @@ class Command(BaseCommand):
             raise CommandError(metrics.UNAVAILABLE, returncode=exits.USAGE)
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
-        user = exits.select_channel(options["channel"])
+        channel = exits.select_channel(options["channel"])
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
-            handler = user.load_handler(options["handler"] or user.default_handler())
-        except channel.HandlerError as error:
+            handler = channel.load_handler(options["handler"] or channel.default_handler())
+        except channels.HandlerError as error:
             raise CommandError(
                 f"{error} Nothing was taken from {transport.name()}; fix it and run again.", returncode=exits.USAGE
             ) from None
@@ -154,10 +166,7 @@ class Command(BaseCommand):
             except transport.BrokerError:
                 problems = []  # unreachable: the worker reports it and reconnects
             if problems:
-                raise CommandError(
-                    f"Redis would lose acknowledged entries ({'; '.join(problems)}); see bin/redis-node.",
-                    returncode=exits.USAGE,
-                )
+                raise CommandError(transport.backend().durability_refusal(problems), returncode=exits.USAGE)
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)
@@ -195,9 +204,9 @@ class Command(BaseCommand):
             if options["drain"]:
                 count = worker.drain()
                 deliveries = "delivery" if count == 1 else "deliveries"
-                self.stdout.write(f"Drained {count} {deliveries}; no ready {user.intents} left.")
+                self.stdout.write(f"Drained {count} {deliveries}; no ready {channel.intents} left.")
             elif not worker.once():
-                self.stdout.write(f"No ready {user.intents}")
+                self.stdout.write(f"No ready {channel.intents}")
         except KeyboardInterrupt:
             # The connection closes: RabbitMQ hands back what was not acked.
             raise CommandError(worker.interrupted(), returncode=exits.INTERRUPTED) from None

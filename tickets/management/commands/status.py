@@ -3,7 +3,7 @@ import json
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from nightjar_delivery.health import describe_replicas
+from nightjar_delivery import describe_replicas
 from tickets.services.status import delivery_status, registration_states
 from tickets.services.workers import worker_reports
 
