@@ -115,11 +115,16 @@ def call(task, result, record: TaskRecord, alias: str, seconds: float | None = N
         return task.call(*args, **kwargs)
 
 
-def record_failure(record: TaskRecord, error: BaseException, started, me: str, *, final: bool = False) -> TaskRecord:
+def record_failure(record: TaskRecord, error: BaseException, started, me: str) -> TaskRecord:
     """After the rollback: note the attempt; retry after the backoff, or at
-    the limit (or when final: its code is gone) FAILED and parked (one
-    transaction). Returns the row as stored."""
-    options = {"max_attempts": 1} if final else backends.retry_options(import_string(record.task_path), record.backend)
+    the limit FAILED and parked (one transaction). Returns the row as stored.
+    A task whose code does not import (a rename not deployed everywhere yet)
+    is retried too, within its backend's attempts and backoff (its own are
+    in the code that is missing)."""
+    try:
+        options = backends.retry_options(import_string(record.task_path), record.backend)
+    except ImportError:
+        options = conf.options(record.backend)
     entry = {"exception_class_path": get_module_path(type(error)), "traceback": get_exception_traceback(error)}
     now = timezone.now()
     with transaction.atomic():

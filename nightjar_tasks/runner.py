@@ -87,8 +87,9 @@ def _handle(message, ack, pause, db) -> None:
                     done = marks.insert_key(record.pk) and marks.mark_done(db, record, value, started)
     except BaseException as error:
         if task is None and isinstance(error, attempts.CodeGone):
-            # No retry can import it: FAILED at once, with the ImportError.
-            attempts.record_failure(record, error.error, started, me, final=True)
+            # Retried like any failure: a release may bring its path back (an old web process's
+            # task, or a worker restarted late), within the backend's attempts and backoff.
+            attempts.record_failure(record, error.error, started, me)
             checkpoint(pause, "after-commit")
             ack()
             return
@@ -178,7 +179,7 @@ def handle_batch(
                 task = tasks.get(path) or tasks.setdefault(path, attempts.imported(path))
             except attempts.CodeGone as gone:
                 marks.delete_key(pk)
-                attempts.record_failure(record, gone.error, started, me, final=True)
+                attempts.record_failure(record, gone.error, started, me)
                 continue
             own = left = None
             if deadline is not None and record.atomic:
