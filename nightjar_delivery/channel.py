@@ -254,6 +254,12 @@ class Channel(abc.ABC):
                 actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
             )
 
+    def on_park(self, intent, *, reason: str, deaths: int) -> None:  # noqa: B027 (a hook: nothing by default)
+        """This intent is being parked (recording.park, inside its
+        transaction): reason, as the parked record says it; deaths, how many
+        of its failed attempts were its worker dying on it. E.g. a task
+        made FAILED saying so. By default nothing."""
+
     def on_requeue(self, intent) -> None:  # noqa: B027 (a hook: nothing by default)
         """Staff requeued this parked intent: make it deliverable again, inside
         requeue_parked's transaction, before it is published after the commit

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
 from hypothesis import given
@@ -184,6 +185,25 @@ def test_a_task_whose_code_never_comes_back_fails_at_its_attempts_with_its_impor
     assert "tests.task_functions_removed" in row.errors[-1]["traceback"]
     assert TaskParked.objects.filter(task=gone, resolution="").count() == 1
     assert ready(tasks_channel.queue) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_a_parked_task_is_not_counted_as_a_lost_publish(tasks_channel):
+    """Issue 51: a task the engine parked while READY (before this issue's
+    fix, a task parked for its worker's deaths stayed so) waits for staff,
+    not for reconcile: nightjar_tasks_status must not call it lost forever."""
+    long_ago = timezone.now() - timedelta(hours=2)
+    parked = TaskRecord.objects.create(task_path="tests.task_functions.die", args=[1], enqueued_at=long_ago)
+    TaskRecord.objects.filter(pk=parked.pk).update(published_at=long_ago)
+    TaskParked.objects.create(task=parked, reason="The worker died while handling it", attempts=2)
+    lost = TaskRecord.objects.create(task_path="tests.task_functions.add", args=[1, 1], enqueued_at=long_ago)
+    TaskRecord.objects.filter(pk=lost.pk).update(published_at=long_ago)
+    out = io.StringIO()
+    call_command("nightjar_tasks_status", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("tests.task_functions.die") and "lost=0" in line for line in lines), lines
+    assert any(line.startswith("tests.task_functions.add") and "lost=1" in line for line in lines), lines
 
 
 # -- enqueue --
