@@ -83,6 +83,9 @@ class Channel(abc.ABC):
     outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
     handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
     teaches_checkpoints = False  # True: `worker --help` shows the crash-window switches (--pause, --crash)
+    # `worker --serve`'s reconcile period without --reconcile-every (None: no reconcile): a channel
+    # whose retries wait for reconcile to publish them (the tasks') must not depend on a flag.
+    serve_reconcile_every: float | None = None
     refusal: type[DomainError] = DomainError  # what the channel's refusals are (a subclass of DomainError)
 
     @property

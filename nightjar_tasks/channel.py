@@ -51,6 +51,7 @@ class TasksChannel(Channel):
     worker_report_model = TaskWorkerReport
     staff_action_model = TaskStaffAction
     intents = "tasks"
+    serve_reconcile_every = 5.0  # a retry waits READY until reconcile publishes it: never without one
     outcome = "result"
 
     def __init__(self, queue_name: str = "default") -> None:
