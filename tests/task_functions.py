@@ -256,3 +256,9 @@ def hold_for(name: str, seconds: float, runs_file: str) -> str:
         runs.write(f"{name}\n")
     time.sleep(seconds)
     return name
+
+
+def always_fails(name: str) -> str:
+    """Not a task by itself: a test makes it one with the options it tries (@task(max_attempts=...))."""
+    Group.objects.create(name=name)  # rolled back with the failure
+    raise RuntimeError(f"{name} always fails")
