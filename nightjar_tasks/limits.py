@@ -152,9 +152,10 @@ class Limit:
             signal.setitimer(signal.ITIMER_REAL, 0)
             with _disarming:
                 pass  # (a watchdog acting on this body at this very moment finishes first)
-            if _handler_now(signal.SIGTERM) is not self.term:
+            # (None: a handler not installed from Python, which cannot be put back from here)
+            if _handler_now(signal.SIGTERM) is not self.term and self.term is not None:
                 signal.signal(signal.SIGTERM, self.term)
-            if _handler_now(signal.SIGINT) is not self.stop:
+            if _handler_now(signal.SIGINT) is not self.stop and self.stop is not None:
                 signal.signal(signal.SIGINT, self.stop)
         if self.interrupted and not isinstance(error, TimeLimitExceeded):
             # Whatever the interrupted statement raised (or the body made of it): the limit's doing.
