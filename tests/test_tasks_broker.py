@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
+from nightjar_delivery import channel as channels
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskRecord
 from tests import task_functions as tasks
@@ -134,3 +135,23 @@ def test_run_after_waits_until_due(workers, worker_env):
     assert workers.run(*TASKS).returncode == 0
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_a_serving_tasks_worker_retries_without_being_told_a_reconcile_period(workers):
+    """Issue 51: a retry waits READY for reconcile to publish it when due, so
+    a tasks worker started with --serve and no --reconcile-every never
+    retried anything. The tasks' channels give --serve a reconcile period of
+    their own (5 s); the tickets' (the lab's) has none, its output unchanged."""
+    failing = tasks.insert_when_fixed.enqueue("retried")  # max_attempts 2, backoff 0
+    worker = workers.start(*TASKS, "--serve")
+    worker.wait_for(f"Received task {failing.id} redelivered=False")
+    worker.wait_for("Handler returned.")
+    worker.wait_for("Reconcile republished 1", timeout=30)  # the retry, published by the worker's own pass
+    worker.wait_for(f"Received task {failing.id} redelivered=False")
+    worker.wait_for("Handler returned.")
+    worker.signal(signal.SIGTERM)
+    status, output = worker.finish()
+    assert status == 0, output
+    failing.refresh()
+    assert (failing.status, failing.attempts) == (TaskResultStatus.FAILED, 2)  # retried once, then out of attempts
+    assert channels.get("tickets").serve_reconcile_every is None  # the lab's worker reconciles only when told

@@ -92,7 +92,10 @@ class Command(BaseCommand):
             "--reconcile-every",
             type=float,
             metavar="SECONDS",
-            help="In --serve, republish the channel's intents whose publish was lost, this often (as reconcile does).",
+            help=(
+                "In --serve, republish the channel's intents whose publish was lost, this often (as reconcile does);"
+                " default: the channel's own (the tasks': 5, for their retries), else none; 0: none."
+            ),
         )
         parser.add_argument(
             "--limit", type=int, default=100, help="With --reconcile-every: per reconcile pass (default 100)."
@@ -175,7 +178,11 @@ class Command(BaseCommand):
             pause=pause,
             stdout=self.stdout,
             prefetch=self.prefetch(options),
-            reconcile_every=options["reconcile_every"],
+            reconcile_every=(
+                options["reconcile_every"]
+                if options["reconcile_every"] is not None or not options["serve"]
+                else channel.serve_reconcile_every
+            ),
             reconcile_options={"limit": options["limit"], "older_than": options["older_than"]},
             batch=options["batch"],
             batch_ms=options["batch_ms"],
