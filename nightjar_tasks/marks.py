@@ -13,9 +13,10 @@ compiling (issue 25), its values prepared as the fields prepare them
 
 import functools
 import operator
+from typing import cast
 
 from django.db import connections
-from django.db.models import DateTimeField, JSONField
+from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
 
 from nightjar_delivery import sql
@@ -26,9 +27,15 @@ from nightjar_tasks.models import TaskCompletion, TaskRecord
 FINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)  # a task in these runs no more
 _CONFLICT = "ON CONFLICT (task_id) DO NOTHING RETURNING task_id"
 _INSERT = f"INSERT INTO {TaskCompletion._meta.db_table} (task_id, completed)"
+
+
+def _field(name: str) -> Field:
+    """TaskRecord's field of that name: a column (get_field() is typed to answer relations too)."""
+    return cast(Field, TaskRecord._meta.get_field(name))
+
+
 DONE_FIELDS = [
-    TaskRecord._meta.get_field(name)
-    for name in ("status", "started_at", "last_attempted_at", "finished_at", "return_value", "worker_ids")
+    _field(name) for name in ("status", "started_at", "last_attempted_at", "finished_at", "return_value", "worker_ids")
 ]
 
 
@@ -37,7 +44,7 @@ def _claim_statement(alias: str) -> str:
     """PostgreSQL: the completion key inserted (when the task is to run here)
     and the row read, in ONE statement: one round trip fewer per task."""
     quote = connections[alias].ops.quote_name
-    pk, atomic, status = (quote(TaskRecord._meta.get_field(name).column) for name in ("id", "atomic", "status"))
+    pk, atomic, status = (quote(_field(name).column) for name in ("id", "atomic", "status"))
     return (
         f"WITH claim AS (INSERT INTO {quote(TaskCompletion._meta.db_table)} (task_id, completed) "
         f"SELECT {pk}, %s FROM {quote(TaskRecord._meta.db_table)} "
@@ -72,7 +79,8 @@ def insert_keys(task_ids: list[int]) -> set[int]:
     judged again here, inside it."""
     ids = sorted(set(task_ids))
     alias = TaskCompletion.objects.db
-    now, new = sql.stored_now(alias), set()
+    now = sql.stored_now(alias)
+    new: set[int] = set()
     if connections[alias].vendor == "postgresql":
         # One array parameter: one statement text for any batch, prepared once, where
         # psycopg parses anew each text of over 50 parameters (issue 43).
@@ -123,7 +131,7 @@ def as_done(record: TaskRecord, value, started) -> None:
 @functools.cache
 def _update(alias: str) -> str:
     quote = connections[alias].ops.quote_name
-    pk, attempts = quote(TaskRecord._meta.pk.column), quote(TaskRecord._meta.get_field("attempts").column)
+    pk, attempts = quote(TaskRecord._meta.pk.column), quote(_field("attempts").column)
     return (
         f"UPDATE {quote(TaskRecord._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in DONE_FIELDS)}, "
         f"{attempts} = {attempts} + 1 WHERE {pk} = %s"

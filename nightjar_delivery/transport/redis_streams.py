@@ -38,6 +38,7 @@ import socket
 import threading
 import time
 import weakref
+from typing import cast
 
 import redis
 import redis.exceptions
@@ -60,6 +61,13 @@ DEAD_PREFIX = "dead:"  # tags of entries read from the dead-letter stream
 # How often a consumer looks for entries a vanished consumer left pending.
 CLAIM_EVERY_SECONDS = 5.0
 ACTIVE_CONSUMER_MS = 10_000
+
+# What these clients read back (decode_responses off, RESP2): bytes, never str. redis-py's
+# own types cover every decoding and protocol (bytes | str, dicts under RESP3), so
+# the replies of XREADGROUP and XRANGE are cast to these where they are read.
+Fields = dict[bytes, bytes]
+Entry = tuple[bytes, Fields | None]  # None: trimmed while it was pending
+StreamsReply = list[tuple[bytes | str, list[Entry]]]  # XREADGROUP's: (stream, its entries) per stream
 
 
 def client(*, socket_timeout: float | None = None, client_name: str | None = None) -> redis.Redis:
@@ -253,7 +261,7 @@ class Consumer:
                 # One at a time: the worker may have died on one of them, and each read
                 # counts a delivery of every entry it returns (the dead-letter backstop's
                 # count): its neighbours must not be charged for the culprit's deaths.
-                entries = self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=1)
+                entries = cast(StreamsReply, self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=1))
                 own = self._deliveries(entries, redelivered=True)
                 if own:
                     return own
@@ -332,7 +340,8 @@ class Consumer:
     def _claim(self, count: int) -> list[Delivery]:
         """Entries idle under another consumer: walk XAUTOCLAIM's cursor to the end."""
         idle_ms = int(conf.NIGHTJAR_CLAIM_IDLE_SECONDS * 1000)
-        cursor, claimed = "0-0", []
+        cursor: bytes | str = "0-0"
+        claimed: list[Entry] = []
         while len(claimed) < count:
             cursor, entries, deleted = self._client.xautoclaim(
                 self.queue, GROUP, self.name, min_idle_time=idle_ms, start_id=cursor, count=count - len(claimed)
@@ -341,9 +350,9 @@ class Consumer:
             claimed += entries
             if cursor in (b"0-0", "0-0"):
                 break
-        return self._deliveries([[self.queue, claimed]], redelivered=True) if claimed else []
+        return self._deliveries([(self.queue, claimed)], redelivered=True) if claimed else []
 
-    def _deliveries(self, reply, *, redelivered: bool) -> list[Delivery]:
+    def _deliveries(self, reply: StreamsReply | None, *, redelivered: bool) -> list[Delivery]:
         entries = [entry for _, stream_entries in (reply or []) for entry in stream_entries]
         counts = self._delivery_counts(entries) if redelivered else {}
         limit = conf.NIGHTJAR_DELIVERY_LIMIT + 1  # once per read: a settings lookup costs µs
@@ -379,9 +388,9 @@ class Consumer:
             self.queue, GROUP, min=first, max=last, count=len(entries) + 10_000, consumername=self.name
         )
         return {
-            (row["message_id"].decode() if isinstance(row["message_id"], bytes) else row["message_id"]): row[
-                "times_delivered"
-            ]
+            (row["message_id"].decode() if isinstance(row["message_id"], bytes) else str(row["message_id"])): int(
+                row["times_delivered"]
+            )
             for row in rows
         }
 
@@ -409,7 +418,7 @@ class Consumer:
         try:
             with self._lock:
                 self._settle()
-                entries = self._client.xrange(self.dead, count=1)
+                entries = cast("list[tuple[bytes, Fields]]", self._client.xrange(self.dead, count=1))
         except redis.exceptions.RedisError as error:
             raise translated("get", error) from None
         if not entries:
