@@ -190,7 +190,7 @@ if DATABASE_URL:
     except ValueError as error:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
 else:
-    _database = {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}
+    _database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(BASE_DIR / "db.sqlite3")}
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     _database["OPTIONS"] = {**sqlite_options(), **_database.get("OPTIONS", {})}
     # Tests run workers as separate processes, so the test database must be
@@ -267,6 +267,8 @@ LOGGING = {
 NIGHTJAR_REGISTRATIONS_PER_MINUTE = envint("NIGHTJAR_REGISTRATIONS_PER_MINUTE", 30)
 # Scans one staff user may send the door a minute, each scan of a sync counted (0: no limit).
 NIGHTJAR_DOOR_SCANS_PER_MINUTE = envint("NIGHTJAR_DOOR_SCANS_PER_MINUTE", 120)
+# Failed sign-ins a minute per client address and per username (nightjar/signin.py; 0: no limit).
+NIGHTJAR_SIGNIN_FAILURES_PER_MINUTE = envint("NIGHTJAR_SIGNIN_FAILURES_PER_MINUTE", 10)
 
 # The operations desk. A running worker rewrites its row this often (0: it
 # does not report), and is shown as gone when not seen for this long.

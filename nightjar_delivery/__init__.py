@@ -38,6 +38,7 @@ Names are loaded when first used, so importing this module at start-up
 touches no model and no broker client."""
 
 import importlib
+from typing import TYPE_CHECKING
 
 # name -> "module" (the name itself in it), "module:attribute", or "module:" (the module itself)
 _PUBLIC = {
@@ -100,3 +101,56 @@ def __getattr__(name: str) -> object:
     if _ and not attribute:
         return loaded
     return getattr(loaded, attribute or name)
+
+
+# What each name is, for type checkers (tests/test_import_contract.py holds this to _PUBLIC): the
+# `X as X` imports and the assignments re-export them; at run time __getattr__ loads a name when first used.
+if TYPE_CHECKING:
+    from nightjar_delivery import admin_plans, channel, metrics, reconcile
+    from nightjar_delivery import exits as exits
+    from nightjar_delivery import sql as sql
+    from nightjar_delivery import transport as transport
+    from nightjar_delivery.admin_plans import Plan as Plan
+    from nightjar_delivery.admin_plans import plan_then_apply as plan_then_apply
+    from nightjar_delivery.channel import Channel as Channel
+    from nightjar_delivery.channel import DomainError as DomainError
+    from nightjar_delivery.channel import HandlerError as HandlerError
+    from nightjar_delivery.channel import register as register
+    from nightjar_delivery.checkpoints import CHECKPOINTS as CHECKPOINTS
+    from nightjar_delivery.checkpoints import CRASHES as CRASHES
+    from nightjar_delivery.checkpoints import Pause as Pause
+    from nightjar_delivery.checkpoints import checkpoint as checkpoint
+    from nightjar_delivery.codec import ContractError as ContractError
+    from nightjar_delivery.codec import check_size as check_size
+    from nightjar_delivery.codec import load_json as load_json
+    from nightjar_delivery.codec import storable_text as storable_text
+    from nightjar_delivery.health import dependency_health as dependency_health
+    from nightjar_delivery.health import describe_replicas as describe_replicas
+    from nightjar_delivery.health import queue_status as queue_status
+    from nightjar_delivery.metrics import Counter as Counter
+    from nightjar_delivery.metrics import Histogram as Histogram
+    from nightjar_delivery.metrics import add_desk_collector as add_desk_collector
+    from nightjar_delivery.reconcile import RECONCILE_ACTOR as RECONCILE_ACTOR
+    from nightjar_delivery.reconcile import CollectReport as CollectReport
+    from nightjar_delivery.reconcile import ReconcileReport as ReconcileReport
+    from nightjar_delivery.reconcile import collect_dead_letters as collect_dead_letters
+    from nightjar_delivery.reconcile import discard_parked as discard_parked
+    from nightjar_delivery.reconcile import publish_after_commit as publish_after_commit
+    from nightjar_delivery.reconcile import requeue_parked as requeue_parked
+    from nightjar_delivery.recording import park as park
+    from nightjar_delivery.recording import record_rejection as record_rejection
+    from nightjar_delivery.records import AbstractDeliveryFailure as AbstractDeliveryFailure
+    from nightjar_delivery.records import AbstractParkedDelivery as AbstractParkedDelivery
+    from nightjar_delivery.records import AbstractRedelivery as AbstractRedelivery
+    from nightjar_delivery.records import AbstractRejectedMessage as AbstractRejectedMessage
+    from nightjar_delivery.records import AbstractWorkerReport as AbstractWorkerReport
+    from nightjar_delivery.transport import BrokerError as BrokerError
+    from nightjar_delivery.transport import Delivery as Delivery
+    from nightjar_delivery.transport import publish as publish
+    from nightjar_delivery.views import metrics as metrics_view  # noqa: F401 (re-exported, renamed)
+    from nightjar_delivery.worker import interrupted_by_signal as interrupted_by_signal
+
+    get_channel = channel.get
+    reconcile_channel = reconcile.reconcile
+    staff_reason = admin_plans.reason
+    METRICS_AVAILABLE = metrics.AVAILABLE

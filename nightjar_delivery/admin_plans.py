@@ -19,7 +19,8 @@ A step's callable returns the success line it is reported with.
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.contrib import admin, messages
+from django.contrib import messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
 
 from nightjar_delivery.channel import DomainError
@@ -49,8 +50,18 @@ def reason(request) -> str:
 
 
 def plan_then_apply(model_admin, request, plan: Plan) -> TemplateResponse | None:
-    """Confirmed: each step's change, reported one message each; else the plan's page."""
+    """Confirmed: each step's change, reported one message each; else the plan's page.
+    Confirmed with no step left (done meanwhile, by a guest or other staff):
+    the plan's `nothing` sentence, never a silent redirect."""
     confirmed = request.POST.get("confirm") == (plan.confirm or plan.action)
+    if confirmed and not plan.steps:
+        unused = (
+            " The reason you gave was not recorded: nothing needed it." if plan.reason_label and reason(request) else ""
+        )
+        model_admin.message_user(request, plan.nothing + unused, messages.WARNING)
+        for line in plan.set_aside:
+            model_admin.message_user(request, f"{plan.set_aside_heading} {line}", messages.WARNING)
+        return None
     if confirmed and plan.reason_label and not reason(request):
         model_admin.message_user(request, plan.no_reason, messages.ERROR)
     elif confirmed:
@@ -71,7 +82,7 @@ def plan_then_apply(model_admin, request, plan: Plan) -> TemplateResponse | None
         "button": plan.button or f"Yes, {plan.action}",
         "reason": reason(request),
         "reason_length": REASON_LENGTH,
-        "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
         "opts": model_admin.model._meta,
     }
     return TemplateResponse(request, "admin/nightjar_delivery/plan.html", context)

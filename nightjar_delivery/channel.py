@@ -43,6 +43,7 @@ is named by an integer key. A message is the user's checked form of a body
 import abc
 import getpass
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
@@ -52,6 +53,15 @@ from django.utils.module_loading import import_string
 
 from nightjar_delivery import conf, transport
 from nightjar_delivery.transport import Delivery
+
+if TYPE_CHECKING:
+    from nightjar_delivery import records  # models: imported at run time once the app registry is ready
+
+
+class Observer(Protocol):
+    """What Channel.latency is: a histogram (nightjar_delivery.metrics.Histogram)."""
+
+    def observe(self, amount: float) -> None: ...
 
 
 class HandlerError(Exception):
@@ -69,23 +79,33 @@ class Channel(abc.ABC):
     engine relies on; override a default only to answer faster or otherwise."""
 
     name = ""  # unique among the registered channels
-    queue = ""  # the broker queue its intents travel on (a property, to read a setting when used)
     intents = "intents"  # what people call its intents, in the plural (the worker's "No ready intents")
     outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
     handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
-    refusal = DomainError  # what the channel's refusals are (a subclass of DomainError)
+    teaches_checkpoints = False  # True: `worker --help` shows the crash-window switches (--pause, --crash)
+    refusal: type[DomainError] = DomainError  # what the channel's refusals are (a subclass of DomainError)
+
+    @property
+    def queue(self) -> str:
+        """The broker queue its intents travel on: a subclass sets it (a class
+        attribute, or a property that reads a setting when used)."""
+        return ""
 
     # -- records: the user's concrete models of nightjar_delivery/records.py --
+    # Declared, not set: a subclass names them (problems() says which are missing).
 
-    intent_model = None  # the model of the stored intents
+    # the model of the stored intents (read through _default_manager, as Django's own code reads a model it
+    # does not know: its manager may have another name than objects)
+    intent_model: type[models.Model]
     intent_field = ""  # the records' foreign key to it
     intent_time_field = ""  # its DateTimeField of when an intent was stored (stored() and pending() read it)
-    rejected_model = None  # subclasses of records.AbstractRejectedMessage,
-    failure_model = None  # AbstractDeliveryFailure,
-    redelivery_model = None  # AbstractRedelivery,
-    parked_model = None  # AbstractParkedDelivery
-    worker_report_model = None  # and AbstractWorkerReport
-    staff_action_model = None  # optional: a model with actor, action, detail and the intent_field foreign key
+    rejected_model: type["records.AbstractRejectedMessage"]
+    failure_model: type["records.AbstractDeliveryFailure"]
+    redelivery_model: type["records.AbstractRedelivery"]
+    parked_model: type["records.AbstractParkedDelivery"]
+    worker_report_model: type["records.AbstractWorkerReport"]
+    # optional: a model with actor, action, detail and the intent_field foreign key
+    staff_action_model: type[models.Model] | None = None
 
     # -- what only the domain can answer --
 
@@ -136,11 +156,11 @@ class Channel(abc.ABC):
 
     # -- derived from the above and the models --
 
-    def label(self, intent_id: int) -> str:
+    def label(self, intent_id: int, /) -> str:
         """How people see an intent's key (the worker's lines, the desk)."""
         return str(intent_id)
 
-    def key(self, label: str) -> int:
+    def key(self, label: str, /) -> int:
         """The key of the intent people call label (find's first step); raise self.refusal."""
         try:
             return int(str(label).strip())
@@ -169,7 +189,7 @@ class Channel(abc.ABC):
             return {}
         return {
             pk: (row, getattr(row, self.intent_time_field).timestamp())
-            for pk, row in self.intent_model.objects.in_bulk(ids).items()
+            for pk, row in self.intent_model._default_manager.in_bulk(ids).items()
         }
 
     def made_since(self, intent_id: int, since) -> bool:
@@ -177,7 +197,7 @@ class Channel(abc.ABC):
         only; False: a redelivery's latency is not observed)."""
         return False
 
-    latency = None  # a histogram of stored -> done seconds (the worker observes it), or None
+    latency: "Observer | None" = None  # a histogram of stored -> done seconds (the worker observes it)
 
     def load_handler(self, spec: str) -> Callable:
         """The handle(message, ack, pause) function spec names; raise HandlerError."""
@@ -209,14 +229,14 @@ class Channel(abc.ABC):
         """Note in their history that reconcile published these again (one statement)."""
         if self.staff_action_model is not None:
             detail = f"Reconcile published it again (not done {older_than:g} s after it was stored)."
-            self.staff_action_model.objects.bulk_create(
+            self.staff_action_model._default_manager.bulk_create(
                 self.staff_action_model(actor=actor[:150], action="republish", detail=detail, **{self.intent_field: i})
                 for i in intents
             )
 
     def find(self, label: str):
         """The intent people call label; raise self.refusal when there is none."""
-        intent = self.intent_model.objects.filter(pk=self.key(label)).first()
+        intent = self.intent_model._default_manager.filter(pk=self.key(label)).first()
         if intent is None:
             raise self.refusal(f"There is no {label!r}.")
         return intent
@@ -230,7 +250,7 @@ class Channel(abc.ABC):
     def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
         """The trace of a staff change, inside its transaction (staff_action_model's row, when there is one)."""
         if self.staff_action_model is not None:
-            self.staff_action_model.objects.create(
+            self.staff_action_model._default_manager.create(
                 actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
             )
 
@@ -275,7 +295,7 @@ def problems(channel: "Channel | type[Channel]") -> list[str]:
         found.append("its name is empty")
     if not isinstance(channel, type) and not (isinstance(channel.queue, str) and channel.queue.strip()):
         found.append("its queue is empty")
-    intent = channel.intent_model
+    intent = getattr(channel, "intent_model", None)  # declared on Channel, set by a subclass
     if not (isinstance(intent, type) and issubclass(intent, models.Model)):
         found.append("intent_model is not set to a model")
         intent = None
@@ -288,7 +308,7 @@ def problems(channel: "Channel | type[Channel]") -> list[str]:
         ("parked_model", records.AbstractParkedDelivery),
         ("worker_report_model", records.AbstractWorkerReport),
     ]:
-        model = getattr(channel, attribute)
+        model = getattr(channel, attribute, None)
         if not (isinstance(model, type) and issubclass(model, abstract)):
             found.append(f"{attribute} is not a subclass of records.{abstract.__name__}")
         elif intent is not None and channel.intent_field and abstract is not records.AbstractWorkerReport:
@@ -322,7 +342,7 @@ def register(channel: "Channel | type[Channel]") -> Channel:
     if not issubclass(kind, Channel):
         raise ImproperlyConfigured(f"{kind.__name__} is not a subclass of nightjar_delivery.Channel.")
     found = problems(channel)
-    if found:
+    if found or isinstance(channel, type):  # a class left here is abstract: problems() names what it lacks
         raise ImproperlyConfigured(f"The delivery channel {kind.__name__} cannot be registered: {'; '.join(found)}.")
     known = _channels.get(channel.name)
     if known is not None and type(known) is not type(channel):

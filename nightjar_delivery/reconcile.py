@@ -45,7 +45,7 @@ class ReconcileReport:
     published: list[str] = field(default_factory=list)  # labels
     remaining: int = 0
     passes: int = 0
-    collected: CollectReport | None = None
+    collected: CollectReport = field(default_factory=CollectReport)  # the dead letters collected first
 
 
 RECONCILE_ACTOR = "nightjar (reconcile)"
@@ -146,7 +146,7 @@ def _collect_one(channel: Channel, delivery: transport.Delivery, report: Collect
         return None
     failure = channel.failure_model.objects.filter(**mine).first()  # the newest
     republished = channel.parked_model.objects.filter(**mine, automatic_requeue=True).count()
-    intent = channel.intent_model.objects.get(pk=key)
+    intent = channel.intent_model._default_manager.get(pk=key)
     with transaction.atomic():
         if failure is None and republished < REPUBLISHES_AFTER_INTERRUPTIONS:
             reason = f"returned {delivery.attempts} times without a recorded failure (interrupted or restarted workers)"

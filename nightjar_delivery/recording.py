@@ -28,7 +28,7 @@ COLLECTOR = "nightjar (dead-letter collector)"
 
 def _intent(channel: Channel, intent_id: int | None):
     """The stored intent a body claims, or None."""
-    return channel.intent_model.objects.filter(pk=intent_id).first() if intent_id else None
+    return channel.intent_model._default_manager.filter(pk=intent_id).first() if intent_id else None
 
 
 def record_rejection(*, delivery: Delivery, reason: str, channel: Channel):
@@ -121,7 +121,9 @@ def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str
     if not deliveries:
         return
     known = set(
-        channel.intent_model.objects.filter(pk__in={pk for pk, _ in deliveries if pk}).values_list("pk", flat=True)
+        channel.intent_model._default_manager.filter(pk__in={pk for pk, _ in deliveries if pk}).values_list(
+            "pk", flat=True
+        )
     )
     column = f"{channel.intent_field}_id"
     try:
@@ -196,13 +198,13 @@ def park_after_failures(*, delivery: Delivery, channel: Channel) -> str | None:
     mine = {channel.intent_field: intent_id}
     with transaction.atomic():
         # Locked: two workers failing on two copies of it park it once.
-        intent = channel.intent_model.objects.select_for_update().filter(pk=intent_id).first()
+        intent = channel.intent_model._default_manager.select_for_update().filter(pk=intent_id).first()
         if intent is None:
             return None
         if channel.parked_model.objects.holding().filter(**mine).exists():
             return channel.label(intent_id)  # a second copy of what is parked already
-        last_parked = channel.parked_model.objects.filter(**mine).order_by("-parked").values_list("parked", flat=True)
-        last_parked = last_parked.first()
+        parked_times = channel.parked_model.objects.filter(**mine).order_by("-parked").values_list("parked", flat=True)
+        last_parked = parked_times.first()
         failures = channel.failure_model.objects.filter(**mine)  # newest first
         if last_parked is not None:
             failures = failures.filter(at__gt=last_parked)
@@ -210,6 +212,7 @@ def park_after_failures(*, delivery: Delivery, channel: Channel) -> str | None:
         if count < conf.NIGHTJAR_DELIVERY_LIMIT:
             return None
         last = failures.first()
+        assert last is not None  # count reached the limit: one failure at least (for any limit above 0)
         reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
         park(intent, reason=reason, attempts=count, body=delivery.body, channel=channel)
     return channel.label(intent_id)

@@ -1,7 +1,11 @@
 """What the engine records, as abstract models (Django's way for a reusable
 app, like AbstractUser): the user's app subclasses each one, adds the
 foreign key to its own intent, and keeps its own table names, so no data
-moves. Each user's models.py does this for its intents."""
+moves. Each user's models.py does this for its intents.
+
+Each names its manager `objects` (what Django would add anyway): the engine
+reaches a channel's records as `channel.failure_model.objects`, and a type
+checker sees a manager on an abstract model only where it is declared."""
 
 from django.db import models
 from django.utils import timezone
@@ -23,6 +27,8 @@ class AbstractRejectedMessage(models.Model):
     redelivered = models.BooleanField(default=False)
     received = models.DateTimeField(default=timezone.now)
 
+    objects = models.Manager()
+
     class Meta:
         abstract = True
         ordering = ["-received", "-id"]
@@ -38,6 +44,8 @@ class AbstractDeliveryFailure(models.Model):
     worker = models.CharField(max_length=100)
     error = models.CharField(max_length=300)
     at = models.DateTimeField(default=timezone.now)
+
+    objects = models.Manager()
 
     class Meta:
         abstract = True
@@ -92,6 +100,8 @@ class AbstractRedelivery(models.Model):
     delivery = models.PositiveIntegerField()
     at = models.DateTimeField(default=timezone.now)
 
+    objects = models.Manager()
+
     class Meta:
         abstract = True
         ordering = ["-at", "-id"]
@@ -119,6 +129,8 @@ class AbstractWorkerReport(models.Model):
     failed = models.PositiveBigIntegerField(default=0)
     handed_back = models.PositiveBigIntegerField(default=0)
     current = models.CharField(max_length=100, blank=True)  # the intent or batch it is on
+
+    objects = models.Manager()
 
     class Meta:
         abstract = True

@@ -19,7 +19,7 @@ from django.utils.module_loading import import_string
 from nightjar_delivery import get_channel, park, storable_text
 from nightjar_tasks import backend as backends
 from nightjar_tasks import compat, conf, limits
-from nightjar_tasks.compat import TaskContext, TaskResultStatus, get_exception_traceback, get_module_path
+from nightjar_tasks.compat import TaskContext, TaskResult, TaskResultStatus, get_exception_traceback, get_module_path
 from nightjar_tasks.models import TaskFailure, TaskRecord
 
 SENDER = backends.NightjarBackend
@@ -35,14 +35,18 @@ def _worker_id(pid: int) -> str:
 
 
 class CodeGone(Exception):
-    """A stored task's path no longer imports (removed or renamed by a deploy); its __cause__ says why."""
+    """A stored task's path no longer imports (removed or renamed by a deploy); its error says why."""
+
+    def __init__(self, path: str, error: ImportError) -> None:
+        super().__init__(path)
+        self.error = error
 
 
 def imported(path: str):
     try:
         return import_string(path)
     except ImportError as error:
-        raise CodeGone(path) from error
+        raise CodeGone(path, error) from error
 
 
 def running(record: TaskRecord, task, started, me: str):
@@ -150,11 +154,11 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str, *
 
 
 @functools.cache
-def _result_fields(kind) -> tuple[str, ...]:
+def _result_fields(kind: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(kind))
 
 
-def finished(result, record: TaskRecord, task):
+def finished(result: TaskResult | None, record: TaskRecord, task) -> TaskResult | None:
     """The task_finished result of a task done now, None when no one would
     see it: its task_started result with the done values (no second
     task.using(), issue 25), or when running() made none and task_finished
@@ -163,8 +167,10 @@ def finished(result, record: TaskRecord, task):
         return backends.to_result(record, task) if heard(compat.task_finished) else None
     # (Not dataclasses.replace: its args were normalized once already; not copy.copy, which
     # takes ~13 µs through __reduce_ex__ for the backport's slotted dataclass, issue 25.)
-    done = object.__new__(type(result))
-    for name in _result_fields(type(result)):
+    # Typed as a type: mypy mistakes the dataclass's class for one of its unhashable instances.
+    kind: type = type(result)
+    done: TaskResult = object.__new__(kind)
+    for name in _result_fields(kind):
         object.__setattr__(done, name, getattr(result, name))
     for name, value in (
         ("status", TaskResultStatus.SUCCESSFUL),

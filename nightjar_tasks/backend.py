@@ -76,7 +76,7 @@ def to_result(record: TaskRecord, task=None) -> TaskResult:
     changes = {name: value for name, value in stored.items() if value is not None and getattr(task, name) != value}
     if changes:  # (using() makes and validates a new Task: not per delivery when the row says what the task does)
         task = task.using(**changes)
-    result = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=str(record.pk),
         status=TaskResultStatus(record.status),

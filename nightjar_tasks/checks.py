@@ -2,6 +2,7 @@
 come from NightjarBackend.check(), which the Tasks framework runs."""
 
 import re
+from importlib.util import find_spec
 
 from django.apps import apps
 from django.core import checks
@@ -11,15 +12,13 @@ _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
 @checks.register()
 def tasks_framework_installed(app_configs=None, **kwargs):
-    try:
-        import django.tasks  # noqa: F401 (Django 6.x: always checked)
-    except ImportError:
-        if not apps.is_installed("django_tasks"):
-            yield checks.Error(
-                "nightjar_tasks needs the Tasks framework's app, whose checks run the backend's.",
-                hint='Add "django_tasks" to INSTALLED_APPS (the django-tasks backport).',
-                id="nightjar_tasks.E001",
-            )
+    # Django 6.x has django.tasks (always checked); Django 5.2 needs the backport's app.
+    if find_spec("django.tasks") is None and not apps.is_installed("django_tasks"):
+        yield checks.Error(
+            "nightjar_tasks needs the Tasks framework's app, whose checks run the backend's.",
+            hint='Add "django_tasks" to INSTALLED_APPS (the django-tasks backport).',
+            id="nightjar_tasks.E001",
+        )
     if not apps.is_installed("nightjar_delivery"):
         yield checks.Error(
             "nightjar_tasks runs on Nightjar's delivery engine.",
@@ -75,7 +74,7 @@ def time_limit_problems(backend, limit):
             f"the only write lock that long, and a guest's write waits only {budget * 2:g} s (the busy timeout).",
             hint=(
                 f"Keep it at most {budget:g} s; run longer tasks with @retry(atomic=False) (their writes commit "
-                "on their own), or move to PostgreSQL (README: Tasks)."
+                "on their own), or move to PostgreSQL (docs/tasks.md: A body runs inside the worker's transaction)."
             ),
             id="nightjar_tasks.E007",
         )

@@ -6,9 +6,22 @@ The two differ in a few names: Django 6 calls the invalid-task error
 (its `normalize_json` lives in `django.utils.json`; the two helpers the
 backport's `utils` has are one line each, written here)."""
 
+from importlib.util import find_spec
 from traceback import format_exception
 
-try:  # Django 6.x
+# mypy reads the backport's branch (always_true in pyproject.toml): django-stubs 5.2,
+# like Django 5.2, has no django.tasks.
+BACKPORT = find_spec("django.tasks") is None
+
+if BACKPORT:
+    from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import TaskError
+    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+    from django_tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
+    from django_tasks.signals import logger as tasks_logger
+    from django_tasks.utils import normalize_json
+else:  # Django 6.x
     from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
@@ -17,18 +30,6 @@ try:  # Django 6.x
     from django.tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
     from django.tasks.signals import logger as tasks_logger
     from django.utils.json import normalize_json
-
-    BACKPORT = False
-except ImportError:  # the backport
-    from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import TaskError
-    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
-    from django_tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
-    from django_tasks.signals import logger as tasks_logger
-    from django_tasks.utils import normalize_json
-
-    BACKPORT = True
 
 
 def get_module_path(value) -> str:

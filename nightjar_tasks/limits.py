@@ -21,10 +21,14 @@ database's statement timeout), and a body that runs in a thread of its own.
 
 import signal
 import threading
+from typing import TYPE_CHECKING
 
 # signal.getsignal() without its wrapper, which tries to make an enum of the
 # handler (~2 µs per call, most of a task's alarm): the handler as it is.
-from _signal import getsignal as _handler_now
+if TYPE_CHECKING:  # typeshed describes no _signal: the wrapper's signature is the same
+    from signal import getsignal as _handler_now
+else:
+    from _signal import getsignal as _handler_now
 
 from django.db import connections
 

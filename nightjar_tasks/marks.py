@@ -13,9 +13,10 @@ compiling (issue 25), its values prepared as the fields prepare them
 
 import functools
 import operator
+from typing import cast
 
 from django.db import connections
-from django.db.models import DateTimeField, JSONField
+from django.db.models import DateTimeField, Field, JSONField
 from django.utils import timezone
 
 from nightjar_delivery import sql
@@ -26,9 +27,15 @@ from nightjar_tasks.models import TaskCompletion, TaskRecord
 FINAL = (TaskResultStatus.SUCCESSFUL.value, TaskResultStatus.FAILED.value)  # a task in these runs no more
 _CONFLICT = "ON CONFLICT (task_id) DO NOTHING RETURNING task_id"
 _INSERT = f"INSERT INTO {TaskCompletion._meta.db_table} (task_id, completed)"
+
+
+def _field(name: str) -> Field:
+    """TaskRecord's field of that name: a column (get_field() is typed to answer relations too)."""
+    return cast(Field, TaskRecord._meta.get_field(name))
+
+
 DONE_FIELDS = [
-    TaskRecord._meta.get_field(name)
-    for name in ("status", "started_at", "last_attempted_at", "finished_at", "return_value", "worker_ids")
+    _field(name) for name in ("status", "started_at", "last_attempted_at", "finished_at", "return_value", "worker_ids")
 ]
 
 
@@ -37,11 +44,11 @@ def _claim_statement(alias: str) -> str:
     """PostgreSQL: the completion key inserted (when the task is to run here)
     and the row read, in ONE statement: one round trip fewer per task."""
     quote = connections[alias].ops.quote_name
-    pk, atomic, status = (quote(TaskRecord._meta.get_field(name).column) for name in ("id", "atomic", "status"))
+    pk, atomic, status = (quote(_field(name).column) for name in ("id", "atomic", "status"))
     return (
         f"WITH claim AS (INSERT INTO {quote(TaskCompletion._meta.db_table)} (task_id, completed) "
         f"SELECT {pk}, %s FROM {quote(TaskRecord._meta.db_table)} "
-        f"WHERE {pk} = %s AND {atomic} AND {status} NOT IN (%s, %s) {_CONFLICT}) "
+        f"WHERE {pk} = %s AND {atomic} AND {status} NOT IN (%s, %s) FOR UPDATE {_CONFLICT}) "
         + rows.select(alias).sql.replace(" FROM ", ", EXISTS (SELECT 1 FROM claim) FROM ", 1)
     )
 
@@ -63,27 +70,46 @@ def claim(connection, pk: int) -> tuple[TaskRecord, bool]:
 
 
 def insert_keys(task_ids: list[int]) -> set[int]:
-    """Insert the completion keys in one statement (in chunks of 500 rows);
-    return the ids whose key was new. Ascending order, so two batches sharing
-    tasks lock their keys in the same order (no deadlock)."""
+    """Insert the completion keys of the tasks among these whose row is not
+    done or given up (cancelled included: nightjar_tasks/cancelling.py), in
+    one statement (in chunks of 500 rows), their rows locked (PostgreSQL) so
+    a cancel waits for this transaction; return the ids whose key was new.
+    Ascending order, so two batches sharing tasks lock in the same order (no
+    deadlock). The batch read its rows before its transaction: the status is
+    judged again here, inside it."""
     ids = sorted(set(task_ids))
     alias = TaskCompletion.objects.db
-    now, new = sql.stored_now(alias), set()
+    now = sql.stored_now(alias)
+    new: set[int] = set()
     if connections[alias].vendor == "postgresql":
-        # One array parameter (unnest keeps the order): one statement text for any batch,
-        # prepared once, where psycopg parses anew each text of over 50 parameters (issue 43).
-        rows = sql.execute(f"{_INSERT} SELECT unnest(%s::bigint[]), %s {_CONFLICT}", [ids, now], using=alias)
+        # One array parameter: one statement text for any batch, prepared once, where
+        # psycopg parses anew each text of over 50 parameters (issue 43).
+        rows = sql.execute(_insert_pg(alias), [now, ids, *FINAL], using=alias)
         return {row[0] for row in rows}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        params = [value for pk in chunk for value in (pk, now)]
-        new.update(row[0] for row in sql.execute(_insert(len(chunk)), params, using=alias))
+        new.update(row[0] for row in sql.execute(_insert(alias, len(chunk)), [now, *chunk, *FINAL], using=alias))
     return new
 
 
+def _of_rows_not_final(alias: str, ids: str) -> str:
+    quote = connections[alias].ops.quote_name
+    pk, status = quote(TaskRecord._meta.pk.column), quote(TaskRecord._meta.get_field("status").column)
+    return (
+        f"{_INSERT} SELECT {pk}, %s FROM {quote(TaskRecord._meta.db_table)} "
+        f"WHERE {pk} {ids} AND {status} NOT IN (%s, %s) ORDER BY {pk}"
+    )
+
+
 @functools.cache
-def _insert(count: int) -> str:
-    return f"{_INSERT} VALUES {', '.join(['(%s, %s)'] * count)} {_CONFLICT}"
+def _insert_pg(alias: str) -> str:
+    return f"{_of_rows_not_final(alias, '= ANY(%s::bigint[])')} FOR UPDATE {_CONFLICT}"
+
+
+@functools.cache
+def _insert(alias: str, count: int) -> str:
+    marks = ", ".join(["%s"] * count)
+    return f"{_of_rows_not_final(alias, f'IN ({marks})')} {_CONFLICT}"
 
 
 def insert_key(task_id: int) -> bool:
@@ -105,7 +131,7 @@ def as_done(record: TaskRecord, value, started) -> None:
 @functools.cache
 def _update(alias: str) -> str:
     quote = connections[alias].ops.quote_name
-    pk, attempts = quote(TaskRecord._meta.pk.column), quote(TaskRecord._meta.get_field("attempts").column)
+    pk, attempts = quote(TaskRecord._meta.pk.column), quote(_field("attempts").column)
     return (
         f"UPDATE {quote(TaskRecord._meta.db_table)} SET {', '.join(f'{quote(f.column)} = %s' for f in DONE_FIELDS)}, "
         f"{attempts} = {attempts} + 1 WHERE {pk} = %s"

@@ -103,7 +103,8 @@ def read_rows(pks) -> dict[int, tuple]:
     """The rows of these tasks (FIELDS, unconverted), by id: one statement
     per 500 ids."""
     alias = TaskRecord.objects.db
-    ids, rows = sorted(set(pks)), {}
+    ids = sorted(set(pks))
+    rows: dict[int, tuple] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         rows.update((row[0], row) for row in sql.execute(_in(alias, len(chunk)), chunk, using=alias))

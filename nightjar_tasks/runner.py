@@ -24,6 +24,7 @@ done-mark, attempts.py makes one attempt (the time limit, the failure and
 its retry or park, the task_finished result)."""
 
 import time
+from typing import Any
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -79,7 +80,7 @@ def handle(message, ack, pause=None):
     except BaseException as error:
         if task is None and isinstance(error, attempts.CodeGone):
             # No retry can import it: FAILED at once, with the ImportError.
-            attempts.record_failure(record, error.__cause__, started, me, final=True)
+            attempts.record_failure(record, error.error, started, me, final=True)
             checkpoint(pause, "after-commit")
             ack()
             return
@@ -152,7 +153,8 @@ def handle_batch(
         for delivery, reason in rejections:
             record_rejection(delivery=delivery, reason=reason, channel=channel)
         owned = marks.insert_keys(list(pending)) if pending else set()
-        tasks, each = {}, sql.Savepoint(alias)  # each task's own, one after another
+        tasks: dict[str, Any] = {}  # path -> Task, imported once per batch
+        each = sql.Savepoint(alias)  # each task's own, one after another
         # On SQLite the batch's transaction holds the one write lock for all its bodies:
         # together they get one task's budget (limits.sqlite_lock_budget); the tasks the
         # budget does not reach are put back, uncharged, for reconcile to publish again.
@@ -167,7 +169,7 @@ def handle_batch(
                 task = tasks.get(path) or tasks.setdefault(path, attempts.imported(path))
             except attempts.CodeGone as gone:
                 marks.delete_key(pk)
-                attempts.record_failure(record, gone.__cause__, started, me, final=True)
+                attempts.record_failure(record, gone.error, started, me, final=True)
                 continue
             own = left = None
             if deadline is not None and record.atomic:
@@ -178,7 +180,9 @@ def handle_batch(
                     put_back.append(pk)
                     continue
             result = attempts.running(record, task, started, me)
-            cut = left is not None and left < own  # stopped by the batch's budget, not its own limit
+            cut = (
+                left is not None and own is not None and left < own
+            )  # stopped by the batch's budget, not its own limit
             try:
                 with each:
                     if result is not None:

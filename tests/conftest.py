@@ -50,9 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # Which transport this run proves: bin/test runs the suite once per transport.
+# database: the queue in the test database itself (db://default), no broker to start.
 TRANSPORT = os.environ.get("NIGHTJAR_TEST_TRANSPORT", "amqp")
-if TRANSPORT not in ("amqp", "redis"):
-    raise RuntimeError(f"NIGHTJAR_TEST_TRANSPORT must be amqp or redis, not {TRANSPORT!r}.")
+if TRANSPORT not in ("amqp", "redis", "database"):
+    raise RuntimeError(f"NIGHTJAR_TEST_TRANSPORT must be amqp, redis or database, not {TRANSPORT!r}.")
 
 
 class BrokerNode:
@@ -168,6 +169,9 @@ def rabbit(tmp_path_factory) -> BrokerNode:
     given = os.environ.get("NIGHTJAR_BROKER_URL") or os.environ.get("RABBITMQ_URL")
     if given:
         yield BrokerNode(given, None, os.environ.get("RABBITMQ_MANAGEMENT_URL", ""))
+        return
+    if TRANSPORT == "database":
+        yield BrokerNode("db://default", None)
         return
     folder = tmp_path_factory.mktemp(TRANSPORT)
     if TRANSPORT == "redis":

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
+from nightjar.middleware import client_address
 from nightjar.ratelimit import over_limit
 from nightjar_delivery import dependency_health
 from tickets import pdf
@@ -47,14 +48,6 @@ def home(request):
 @require_GET
 def visit(request):
     return render(request, "tickets/visit.html")
-
-
-def client_address(request) -> str:
-    # Behind the TLS proxy the client is the address the proxy saw, which it
-    # appends last to X-Forwarded-For; anything before it the client can forge.
-    if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) and request.META.get("HTTP_X_FORWARDED_FOR"):
-        return request.META["HTTP_X_FORWARDED_FOR"].split(",")[-1].strip()
-    return request.META.get("REMOTE_ADDR", "")
 
 
 def over_rate_limit(request) -> bool:

@@ -195,8 +195,8 @@ class _PublisherThread(threading.Thread):
         super().__init__(name="nightjar-publisher", daemon=True)
         self.jobs: queue.SimpleQueue[_Publication | None] = queue.SimpleQueue()
         self.on_finished = on_finished
-        self.connection = None
-        self.channel = None
+        self.connection: pika.BlockingConnection | None = None
+        self.channel: pika.adapters.blocking_connection.BlockingChannel | None = None
         self.declared: set[str] = set()
         # Set by RabbitMQ's connection.blocked (a memory or disk alarm): publishes
         # fail at once instead of waiting for blocked_connection_timeout.

@@ -27,7 +27,7 @@ class _Queue:
     def __init__(self) -> None:
         self.ready: collections.deque[Delivery] = collections.deque()
         self.dead: collections.deque[Delivery] = collections.deque()
-        self.unacked: dict[int, tuple[Delivery, Consumer]] = {}
+        self.unacked: dict[int | str, tuple[Delivery, Consumer]] = {}  # by tag
         self.consumers = 0
 
 
@@ -48,8 +48,8 @@ def _queue(name: str | None = None) -> _Queue:
 
 def _put(body: bytes, message_id: str, *, queue: str, dead: bool = False, attempts: int = 0) -> None:
     delivery = Delivery(body=body, tag=0, redelivered=False, message_id=message_id, attempts=attempts)
-    queue = _queue(queue)
-    (queue.dead if dead else queue.ready).append(delivery)
+    target = _queue(queue)
+    (target.dead if dead else target.ready).append(delivery)
     _lock.notify_all()
 
 
@@ -169,13 +169,13 @@ class Consumer:
 def queue_counts(queue: str) -> dict:
     with _lock:
         _check("queue status")
-        queue = _queue(queue)
+        counted = _queue(queue)
         return {
-            "ready": len(queue.ready),
-            "unacked": len(queue.unacked),
+            "ready": len(counted.ready),
+            "unacked": len(counted.unacked),
             "unacked_error": "",
-            "consumers": queue.consumers,
-            "dead": len(queue.dead),
+            "consumers": counted.consumers,
+            "dead": len(counted.dead),
         }
 
 
@@ -187,9 +187,9 @@ def ping() -> None:
 def purge_queues(queue: str | None = None) -> None:
     with _lock:
         _check("purge")
-        queue = _queue(queue)
-        queue.ready.clear()
-        queue.dead.clear()
+        emptied = _queue(queue)
+        emptied.ready.clear()
+        emptied.dead.clear()
 
 
 def delete_queues(queue: str | None = None) -> None:

@@ -38,6 +38,7 @@ import socket
 import threading
 import time
 import weakref
+from typing import cast
 
 import redis
 import redis.exceptions
@@ -60,6 +61,13 @@ DEAD_PREFIX = "dead:"  # tags of entries read from the dead-letter stream
 # How often a consumer looks for entries a vanished consumer left pending.
 CLAIM_EVERY_SECONDS = 5.0
 ACTIVE_CONSUMER_MS = 10_000
+
+# What these clients read back (decode_responses off, RESP2): bytes, never str. redis-py's
+# own types cover every decoding and protocol (bytes | str, dicts under RESP3), so
+# the replies of XREADGROUP and XRANGE are cast to these where they are read.
+Fields = dict[bytes, bytes]
+Entry = tuple[bytes, Fields | None]  # None: trimmed while it was pending
+StreamsReply = list[tuple[bytes | str, list[Entry]]]  # XREADGROUP's: (stream, its entries) per stream
 
 
 def client(*, socket_timeout: float | None = None, client_name: str | None = None) -> redis.Redis:
@@ -109,7 +117,13 @@ class Publisher:
         self._backoff.check()
         try:
             if self._client is None:
-                self._client = client()
+                connection = client()
+                try:
+                    refuse_unless_durable(connection)  # once per connection: an XADD it may lose is no publish
+                except NotDurable:
+                    connection.close()
+                    raise
+                self._client = connection
             if queue not in self._groups:
                 ensure_group(self._client, queue)
                 self._groups.add(queue)
@@ -123,6 +137,9 @@ class Publisher:
             self.reset_connection()
             self._backoff.failed()
             raise translated("publish", error) from None
+        except NotDurable:
+            self._backoff.failed()
+            raise
         self._backoff.succeeded()
 
     def reset_connection(self) -> None:
@@ -244,7 +261,7 @@ class Consumer:
                 # One at a time: the worker may have died on one of them, and each read
                 # counts a delivery of every entry it returns (the dead-letter backstop's
                 # count): its neighbours must not be charged for the culprit's deaths.
-                entries = self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=1)
+                entries = cast(StreamsReply, self._client.xreadgroup(GROUP, self.name, {self.queue: "0"}, count=1))
                 own = self._deliveries(entries, redelivered=True)
                 if own:
                     return own
@@ -323,7 +340,8 @@ class Consumer:
     def _claim(self, count: int) -> list[Delivery]:
         """Entries idle under another consumer: walk XAUTOCLAIM's cursor to the end."""
         idle_ms = int(conf.NIGHTJAR_CLAIM_IDLE_SECONDS * 1000)
-        cursor, claimed = "0-0", []
+        cursor: bytes | str = "0-0"
+        claimed: list[Entry] = []
         while len(claimed) < count:
             cursor, entries, deleted = self._client.xautoclaim(
                 self.queue, GROUP, self.name, min_idle_time=idle_ms, start_id=cursor, count=count - len(claimed)
@@ -332,9 +350,9 @@ class Consumer:
             claimed += entries
             if cursor in (b"0-0", "0-0"):
                 break
-        return self._deliveries([[self.queue, claimed]], redelivered=True) if claimed else []
+        return self._deliveries([(self.queue, claimed)], redelivered=True) if claimed else []
 
-    def _deliveries(self, reply, *, redelivered: bool) -> list[Delivery]:
+    def _deliveries(self, reply: StreamsReply | None, *, redelivered: bool) -> list[Delivery]:
         entries = [entry for _, stream_entries in (reply or []) for entry in stream_entries]
         counts = self._delivery_counts(entries) if redelivered else {}
         limit = conf.NIGHTJAR_DELIVERY_LIMIT + 1  # once per read: a settings lookup costs µs
@@ -370,9 +388,9 @@ class Consumer:
             self.queue, GROUP, min=first, max=last, count=len(entries) + 10_000, consumername=self.name
         )
         return {
-            (row["message_id"].decode() if isinstance(row["message_id"], bytes) else row["message_id"]): row[
-                "times_delivered"
-            ]
+            (row["message_id"].decode() if isinstance(row["message_id"], bytes) else str(row["message_id"])): int(
+                row["times_delivered"]
+            )
             for row in rows
         }
 
@@ -400,7 +418,7 @@ class Consumer:
         try:
             with self._lock:
                 self._settle()
-                entries = self._client.xrange(self.dead, count=1)
+                entries = cast("list[tuple[bytes, Fields]]", self._client.xrange(self.dead, count=1))
         except redis.exceptions.RedisError as error:
             raise translated("get", error) from None
         if not entries:
@@ -551,19 +569,51 @@ def ping() -> None:
     short_call("health check", lambda connection: connection.ping())
 
 
-def durability_problems() -> list[str]:
+# What every refusal of a server that may lose acknowledged entries tells its operator to set.
+DURABLE_SETTINGS = (
+    "appendonly yes and appendfsync always (in redis.conf; or at once: CONFIG SET appendonly yes, "
+    "CONFIG SET appendfsync always, then CONFIG REWRITE to keep them)"
+)
+
+
+class NotDurable(BrokerError):
+    """The server would acknowledge an XADD before it is on disk."""
+
+
+def problems_of(connection: redis.Redis) -> list[str]:
     """What the server's configuration says against "published means durable"."""
+    config = {**connection.config_get("appendonly"), **connection.config_get("appendfsync")}
+    problems = []
+    if config.get("appendonly") != "yes":
+        problems.append(f"appendonly is {config.get('appendonly')!r}, not 'yes'")
+    if config.get("appendfsync") != "always":
+        problems.append(f"appendfsync is {config.get('appendfsync')!r}, not 'always'")
+    return problems
 
-    def read(connection: redis.Redis) -> list[str]:
-        config = {**connection.config_get("appendonly"), **connection.config_get("appendfsync")}
-        problems = []
-        if config.get("appendonly") != "yes":
-            problems.append(f"appendonly is {config.get('appendonly')!r}, not 'yes'")
-        if config.get("appendfsync") != "always":
-            problems.append(f"appendfsync is {config.get('appendfsync')!r}, not 'always'")
-        return problems
 
-    return short_call("configuration", read)
+def durability_problems() -> list[str]:
+    """problems_of() a fresh client. Raises BrokerError (unreachable, or CONFIG refused)."""
+    return short_call("configuration", problems_of)
+
+
+def durability_refusal(problems: list[str]) -> str:
+    """The sentence every refusal of such a server says (publish, worker, check)."""
+    return (
+        f"Redis at {masked_url()} would acknowledge entries it may lose ({'; '.join(problems)}): "
+        f"run it with {DURABLE_SETTINGS}."
+    )
+
+
+def refuse_unless_durable(connection: redis.Redis) -> None:
+    """Raise NotDurable on a server that may lose acknowledged entries. A
+    server that refuses CONFIG (an ACL without it, a managed Redis) cannot
+    be asked: not refused, as the worker does not refuse it."""
+    try:
+        problems = problems_of(connection)
+    except redis.exceptions.ResponseError:
+        return
+    if problems:
+        raise NotDurable(durability_refusal(problems))
 
 
 def purge_queues(queue: str | None = None) -> None:
