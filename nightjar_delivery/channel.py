@@ -84,6 +84,10 @@ class Channel(abc.ABC):
     handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
     teaches_checkpoints = False  # True: `worker --help` shows the crash-window switches (--pause, --crash)
     refusal: type[DomainError] = DomainError  # what the channel's refusals are (a subclass of DomainError)
+    # True: its handler has an effect outside the database (a mail, another service's API). The worker
+    # refuses batch mode for it: a failed batch is retried one delivery at a time, which would repeat
+    # the effects its neighbours already had. Each delivery alone: one failure repeats only its own.
+    effects_outside_database = False
 
     @property
     def queue(self) -> str:
