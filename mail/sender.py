@@ -176,7 +176,10 @@ def smtp_send(from_header: str, to: str, data: bytes) -> str:
             code, text = getattr(smtp, command)(*args)
             if code not in accepted:
                 raise Refused(sentence(code, text), permanent=code >= 500)
-        code, text = smtp.data(data)
+        try:
+            code, text = smtp.data(data)
+        except smtplib.SMTPDataError as error:  # DATA itself refused (no 354): the message's answer too
+            code, text = error.smtp_code, error.smtp_error
         if code != 250:
             raise Refused(sentence(code, text), permanent=code >= 500)
         return sentence(code, text)

@@ -119,6 +119,15 @@ def test_a_permanent_refusal_fails_at_once_with_the_servers_sentence_and_holds_b
     assert send_due() == []  # failed is final (staff may resend)
 
 
+def test_a_refusal_of_the_message_itself_is_permanent_too(smtp):
+    register_guest(name="Ada", email="ada@example.org")
+    drain()
+    smtp.rules.data_answer = "554 5.6.0 Message rejected as spam"
+    [outcome] = send_due()
+    assert (outcome.state, outcome.reply) == (State.FAILED, "554 5.6.0 Message rejected as spam")
+    assert smtp.received == []
+
+
 def test_the_server_down_then_back_sends_everything_once(smtp, settings):
     for name in ("Ada", "Bo"):
         register_guest(name=name, email=f"{name.lower()}@example.org")
