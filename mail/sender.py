@@ -64,6 +64,14 @@ def claim_due(*, limit: int = 10) -> list[Mail]:
     now = timezone.now()
     with transaction.atomic():
         due = Mail.objects.filter(state__in=[State.WAITING, State.RETRYING], next_attempt__lte=now)
+        # Out of attempts yet due again: every sender that claimed it stopped before recording (a mail
+        # that kills its sender, or a run of bad luck). Failed, so it cannot take every sender down forever.
+        attempts = conf.NIGHTJAR_MAIL_ATTEMPTS
+        due.filter(attempts__gte=attempts).update(
+            state=State.FAILED,
+            last_reply=f"Gave up after {attempts} attempts: the sender stopped during each, before it could record it.",
+        )
+        due = due.filter(attempts__lt=attempts)
         due = due.order_by("next_attempt", "id").select_related("registration")
         if connection.vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, of=("self",))
@@ -96,6 +104,9 @@ def deliver(mail: Mail) -> Outcome:
         reply = transmit(mail, message.as_bytes(linesep="\r\n"))
     except Refused as refusal:
         return record(mail, refusal)
+    except Exception as error:  # a bug or an address smtplib cannot write: this mail's failure alone
+        logger.exception("Could not send mail %s", mail.pk)
+        return record(mail, Refused(f"Could not send the mail: {type(error).__name__}: {error}", permanent=False))
     return record(mail, None, reply=reply)
 
 
@@ -122,7 +133,19 @@ def transmit(mail: Mail, data: bytes) -> str:
     acceptance sentence. Raises Refused."""
     if not conf.NIGHTJAR_SMTP_HOST:
         return write_file(mail, data)
-    return smtp_send(conf.NIGHTJAR_MAIL_FROM, mail.address, data)
+    return smtp_send(conf.NIGHTJAR_MAIL_FROM, envelope_address(mail.address), data)
+
+
+def envelope_address(address: str) -> str:
+    """The address as SMTP's envelope carries it: an internationalised domain
+    (Django's EmailField lets one through) in its ASCII form (IDNA), as
+    Django's own mail does."""
+    local, _, domain = address.rpartition("@")
+    try:
+        domain.encode("ascii")
+    except UnicodeEncodeError:
+        domain = domain.encode("idna").decode("ascii")
+    return f"{local}@{domain}"
 
 
 def write_file(mail: Mail, data: bytes) -> str:
@@ -153,7 +176,7 @@ def smtp_send(from_header: str, to: str, data: bytes) -> str:
     fault, not the guest's address). Every wait has NIGHTJAR_SMTP_TIMEOUT."""
     from email.utils import parseaddr
 
-    envelope_from = parseaddr(from_header)[1]
+    envelope_from = envelope_address(parseaddr(from_header)[1])
     timeout = conf.NIGHTJAR_SMTP_TIMEOUT
     host, port = conf.NIGHTJAR_SMTP_HOST, int(conf.NIGHTJAR_SMTP_PORT)
     try:

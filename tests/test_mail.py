@@ -306,3 +306,38 @@ def test_the_desk_metrics_count_the_outbox_and_the_sender_counts_its_attempts(st
     before = ATTEMPTS.labels("ticket", "sent")._value.get()
     send_due()
     assert ATTEMPTS.labels("ticket", "sent")._value.get() == before + 1
+
+
+def test_an_internationalised_domain_is_sent_in_its_ascii_form(smtp):
+    guest = register_guest(name="Ana", email="ana@bücher.example")
+    drain()
+    [outcome] = send_due()
+    assert outcome.state == State.SENT
+    [received] = smtp.received
+    assert received.recipients == ["ana@xn--bcher-kva.example"] and guest.mails.get().state == State.SENT
+
+
+def test_a_mail_the_sender_cannot_handle_fails_alone_and_one_that_kills_every_sender_is_bounded(
+    smtp, settings, monkeypatch
+):
+    settings.NIGHTJAR_MAIL_ATTEMPTS = 2
+    for name in ("Ada", "Bo"):
+        register_guest(name=name, email=f"{name.lower()}@example.org")
+    drain()
+    real = sender.transmit
+
+    def broken_for_ada(mail, data):
+        if mail.address == "ada@example.org":
+            raise RuntimeError("a bug in the sender")
+        return real(mail, data)
+
+    monkeypatch.setattr(sender, "transmit", broken_for_ada)
+    outcomes = send_due()
+    assert [o.state for o in outcomes] == [State.RETRYING, State.SENT]
+    assert outcomes[0].reply == "Could not send the mail: RuntimeError: a bug in the sender"
+    # A sender that dies on it every time (claimed, never recorded): failed once out of attempts.
+    [claimed] = sender.claim_due()
+    Mail.objects.filter(pk=claimed.pk).update(next_attempt=claimed.next_attempt.replace(year=2000))
+    assert sender.claim_due() == []
+    ada = Mail.objects.get(address="ada@example.org")
+    assert ada.state == State.FAILED and ada.last_reply.startswith("Gave up after 2 attempts: the sender stopped")
