@@ -2,8 +2,8 @@
 
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core import checks
+from django.db import connections
 
 from nightjar_delivery import conf, transport
 
@@ -21,7 +21,7 @@ def broker_settings(app_configs, **kwargs):
                 id="nightjar.E001",
             )
         )
-    elif urls[0].scheme == "db" and urls[0].netloc not in settings.DATABASES:
+    elif urls[0].scheme == "db" and urls[0].netloc not in connections:
         errors.append(
             checks.Error(
                 f"NIGHTJAR_BROKER_URL names the database {urls[0].netloc!r}, which DATABASES does not have.",

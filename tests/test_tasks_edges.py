@@ -376,7 +376,7 @@ def test_a_discard_confirmed_after_another_staff_requeued_the_task_says_there_wa
     staff = staff_with(client, "view_taskrecord", "discard_taskrecord", "requeue_taskrecord")
     chosen = {"action": "discard", "_selected_action": [parked.pk]}
     assert "give up on" in staff.post(CHANGELIST, chosen).content.decode()  # the plan
-    engine.requeue_parked(tasks_channel, code=str(parked.pk), actor="someone else (admin)")
+    engine.requeue_parked(tasks_channel, parked, actor="someone else (admin)")
     told = staff.post(CHANGELIST, {**chosen, "confirm": "discard"}, follow=True).content.decode()
     assert "None of the selected tasks is parked: there is nothing to discard." in told
     assert f"Not parked, left alone: task {parked.pk} (tests.task_functions.insert_row" in told
