@@ -43,6 +43,7 @@ class Rules:
     temporary: this share of RCPTs (0-1, drawn at random) answered 451."""
 
     rcpt: dict[str, str] = field(default_factory=dict)
+    step_delay: float = 0.0  # seconds before answering each of EHLO, MAIL, RCPT and DATA
     temporary: float = 0.0
     dice: random.Random = field(default_factory=random.Random)
     data_answer: str = ""
@@ -54,8 +55,20 @@ class _Handler:
     def __init__(self, server: "MailServer") -> None:
         self.server = server
 
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        await asyncio.sleep(self.server.rules.step_delay)
+        session.host_name = hostname
+        return responses
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        await asyncio.sleep(self.server.rules.step_delay)
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         rules = self.server.rules
+        await asyncio.sleep(rules.step_delay)
         answer = rules.rcpt.get(address) or rules.rcpt.get("*")
         if answer:
             return answer
@@ -67,8 +80,8 @@ class _Handler:
 
     async def handle_DATA(self, server, session, envelope):
         rules = self.server.rules
-        if rules.delay:
-            await asyncio.sleep(rules.delay)
+        if rules.delay or rules.step_delay:
+            await asyncio.sleep(rules.delay or rules.step_delay)
         if rules.data_answer:
             return rules.data_answer
         received = Received(

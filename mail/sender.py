@@ -23,6 +23,7 @@ import logging
 import os
 import smtplib
 import ssl
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +39,14 @@ from mail.models import Mail, State
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 3600
+# One attempt's whole conversation (connect to the answer to DATA) may take this many
+# NIGHTJAR_SMTP_TIMEOUTs, however the server spreads its answers; QUIT one more.
+ATTEMPT_WAITS = 3
+
+
+def longest_attempt() -> float:
+    """Seconds one attempt can take at most (a claim's lease must be longer: mail.W003)."""
+    return (ATTEMPT_WAITS + 1) * conf.NIGHTJAR_SMTP_TIMEOUT
 
 
 class Refused(Exception):
@@ -173,12 +182,27 @@ def smtp_send(from_header: str, to: str, data: bytes) -> str:
     """One connection per mail: connect, (STARTTLS, login), MAIL, RCPT, DATA.
     A 5xx answer to MAIL, RCPT or DATA is permanent; every other failure is
     temporary (a 5xx at connect or login is the server's or our setup's
-    fault, not the guest's address). Every wait has NIGHTJAR_SMTP_TIMEOUT."""
+    fault, not the guest's address). Every wait has NIGHTJAR_SMTP_TIMEOUT,
+    and the whole conversation ATTEMPT_WAITS of them: a server that answers
+    each line just in time still lets go of the sender."""
     from email.utils import parseaddr
 
     envelope_from = envelope_address(parseaddr(from_header)[1])
     timeout = conf.NIGHTJAR_SMTP_TIMEOUT
     host, port = conf.NIGHTJAR_SMTP_HOST, int(conf.NIGHTJAR_SMTP_PORT)
+    deadline = time.monotonic() + ATTEMPT_WAITS * timeout
+    too_long = f"The mail server {host}:{port} took longer than {ATTEMPT_WAITS * timeout:g} s for one mail"
+    cut = False  # the step's wait was shortened to the attempt's deadline
+
+    def in_time() -> None:
+        """Before each step: its wait is at most what is left of the attempt's time."""
+        nonlocal cut
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refused(too_long, permanent=False)
+        cut = left < timeout
+        smtp.sock.settimeout(min(timeout, left))
+
     try:
         if conf.NIGHTJAR_SMTP_SSL:
             smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
@@ -189,17 +213,23 @@ def smtp_send(from_header: str, to: str, data: bytes) -> str:
     except (OSError, smtplib.SMTPException) as error:
         raise Refused(f"No answer from {host}:{port}: {error or type(error).__name__}", permanent=False) from None
     try:
+        in_time()
         smtp.ehlo_or_helo_if_needed()
         if conf.NIGHTJAR_SMTP_TLS:
+            in_time()
             smtp.starttls(context=ssl.create_default_context())
+            in_time()
             smtp.ehlo()
         if conf.NIGHTJAR_SMTP_USER:
+            in_time()
             smtp.login(conf.NIGHTJAR_SMTP_USER, conf.NIGHTJAR_SMTP_PASSWORD)
         for command, args, accepted in (("mail", (envelope_from,), {250}), ("rcpt", (to,), {250, 251})):
+            in_time()
             code, text = getattr(smtp, command)(*args)
             if code not in accepted:
                 raise Refused(sentence(code, text), permanent=code >= 500)
         try:
+            in_time()
             code, text = smtp.data(data)
         except smtplib.SMTPDataError as error:  # DATA itself refused (no 354): the message's answer too
             code, text = error.smtp_code, error.smtp_error
@@ -209,11 +239,15 @@ def smtp_send(from_header: str, to: str, data: bytes) -> str:
     except smtplib.SMTPResponseException as error:  # login, STARTTLS, or an answer smtplib itself refuses
         raise Refused(sentence(error.smtp_code, error.smtp_error), permanent=False) from None
     except (OSError, smtplib.SMTPException) as error:  # a timeout, a dropped line
+        if cut and time.monotonic() >= deadline:
+            raise Refused(too_long, permanent=False) from None
         raise Refused(
             f"The mail server {host}:{port} broke off: {error or type(error).__name__}", permanent=False
         ) from None
     finally:
         try:
+            if smtp.sock is not None:
+                smtp.sock.settimeout(timeout)
             smtp.quit()  # after the acceptance, a failing QUIT changes nothing
         except (OSError, smtplib.SMTPException):
             smtp.close()

@@ -156,6 +156,18 @@ def test_a_slow_server_times_out_and_is_retried_behind_the_others(smtp, settings
     assert [outcome.mail.address for outcome in send_due()] == ["next@example.org"]  # the retry waits its turn
 
 
+def test_a_server_that_answers_each_line_just_in_time_still_lets_go_of_the_sender(smtp, settings):
+    settings.NIGHTJAR_SMTP_TIMEOUT = 0.4  # each answer comes in 0.3 s; four of them are more than 3 x 0.4
+    register_guest(name="Ada", email="ada@example.org")
+    drain()
+    smtp.rules.step_delay = 0.3
+    [outcome] = send_due()
+    assert outcome.state == State.RETRYING and smtp.received == []
+    assert outcome.reply == f"The mail server 127.0.0.1:{smtp.port} took longer than 1.2 s for one mail"
+    smtp.rules.step_delay = 0
+    assert [o.state for o in send_due()] == [State.SENT]
+
+
 def test_temporary_refusals_end_in_failed_after_the_bound(smtp, settings):
     settings.NIGHTJAR_MAIL_ATTEMPTS = 3
     register_guest(name="Ada", email="ada@example.org")
@@ -226,7 +238,7 @@ def test_a_lease_shorter_than_one_attempt_is_a_warning(settings):
 
     settings.NIGHTJAR_SMTP_TIMEOUT, settings.NIGHTJAR_MAIL_LEASE_SECONDS = 10, 120
     assert lease_outlasts_an_attempt(None) == []
-    settings.NIGHTJAR_MAIL_LEASE_SECONDS = 60
+    settings.NIGHTJAR_MAIL_LEASE_SECONDS = 40  # four waits of 10 s
     assert [warning.id for warning in lease_outlasts_an_attempt(None)] == ["mail.W003"]
 
 
