@@ -155,6 +155,13 @@ class Command(BaseCommand):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
         channel = exits.select_channel(options["channel"])
+        if options["batch"] and channel.effects_outside_database:
+            raise CommandError(
+                f"The {channel.name} channel's handler has effects outside the database (effects_outside_database), "
+                "so it runs one delivery at a time: a failed batch is retried delivery by delivery, which would "
+                "repeat what its neighbours already did. Run it without --batch.",
+                returncode=exits.USAGE,
+            )
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
             handler = channel.load_handler(options["handler"] or channel.default_handler())
