@@ -15,6 +15,8 @@ from django.utils import timezone
 
 from desk import charts
 from door.services import arrivals
+from mail.models import Kind
+from mail.outbox import mail_activity, outbox_counts
 from nightjar_delivery import describe_replicas, transport
 from nightjar_tasks import summary as tasks_summary
 from tickets.admin import actor
@@ -58,6 +60,7 @@ def dashboard(request):
         "opts": Registration._meta,
         "arrivals": desk_arrivals() if request.user.has_perm("door.view_checkin") else None,
         "seats": desk_seats(),
+        "mail": desk_mail() if request.user.has_perm("mail.view_mail") else None,
         # Django tasks on Nightjar's backend, per task path (none: no block).
         "tasks": tasks_summary.by_task_path(),
     }
@@ -153,6 +156,32 @@ def desk_seats(*, window: timedelta = timedelta(days=1), bucket: int = 900) -> d
                 ("promotions", seen.promoted, "series-b", "line"),
             ],
             summary=f"{sum(seen.cancelled)} cancellations and {sum(seen.promoted)} promotions, per 15 minutes.",
+            start=seen.start,
+            bucket_seconds=bucket,
+        ),
+    }
+
+
+def desk_mail(*, window: timedelta = timedelta(days=1), bucket: int = 900) -> dict:
+    """The guests' mail outbox: per state and kind, and a chart of mails
+    stored and sent over the last day."""
+    counts = outbox_counts()
+    seen = mail_activity(window=window, bucket_seconds=bucket)
+    return {
+        "counts": counts,
+        "totals": {state: counts.total(state) for state in counts.by_state},
+        "rows": [
+            {
+                "label": label,
+                "counts": [counts.by_state[state][kind] for state in ("sent", "waiting", "retrying", "failed")],
+            }
+            for kind, label in Kind.choices
+        ],
+        "url": reverse("admin:mail_mail_changelist"),
+        "chart": charts.line_chart(
+            title="Last day: guests' mails stored and sent",
+            series=[("stored", seen.stored, "series-a", "bars"), ("sent", seen.sent, "series-b", "line")],
+            summary=f"{sum(seen.stored)} mails stored and {sum(seen.sent)} sent, per 15 minutes.",
             start=seen.start,
             bucket_seconds=bucket,
         ),

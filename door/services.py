@@ -267,14 +267,22 @@ def scan_ticket(
     if previous is not None:
         return repeat_of(previous, fingerprint=fingerprint, actor=actor)
     verdict = judge_digest(code_sha256) if by_digest else judge(code, typed=typed)
+    check_in = verdict.ticket is not None
     if offline and not admitted and verdict.ticket is not None:
-        # Turned away at the door by its offline list (stale, say): recorded, not checked in.
-        verdict = Verdict(
-            Scan.RED,
-            "Not admitted (offline)",
-            f"The door's offline list turned {verdict.ticket.number} away; it is not checked in.",
-            ticket=None,
-        )
+        check_in = False  # what the phone showed stands: it let nobody in on this scan
+        first = CheckIn.objects.filter(ticket=verdict.ticket).first()
+        if first is not None:
+            # The phone showed amber (its own earlier scan of the ticket, say), and the ticket
+            # is in: amber with the first check-in's time and door, as an online scan's answer.
+            verdict = already_in(verdict.ticket, first)
+        else:
+            # Turned away at the door by its offline list (stale, say): recorded, not checked in.
+            verdict = Verdict(
+                Scan.RED,
+                "Not admitted (offline)",
+                f"The door's offline list turned {verdict.ticket.number} away; it is not checked in.",
+                ticket=None,
+            )
     now = timezone.now()
     at = believed(scanned, now)
     try:
@@ -292,7 +300,7 @@ def scan_ticket(
                 offline=offline,
                 code_sha256=fingerprint,
             )
-            if verdict.ticket is not None:
+            if check_in:
                 check_in_or_amber(scan, verdict.ticket, admitted=admitted)
     except IntegrityError:
         # The same scan id sent twice at once: the other request wrote it.
@@ -344,11 +352,20 @@ def check_in_or_amber(scan: Scan, ticket: Ticket, *, admitted: bool) -> None:
         return
     except IntegrityError:
         first = CheckIn.objects.get(ticket=ticket)
-    scan.colour = Scan.AMBER
-    scan.sentence = f"Already checked in at {clock(first.at)} ({first.door})"
-    scan.detail = f"{ticket.name} · {ticket.registration.code} · {ticket.number}"
+    verdict = already_in(ticket, first)
+    scan.colour, scan.sentence, scan.detail = verdict.colour, verdict.sentence, verdict.detail
     scan.conflict = admitted
     scan.save(update_fields=["colour", "sentence", "detail", "conflict"])
+
+
+def already_in(ticket: Ticket, first: CheckIn) -> Verdict:
+    """Amber: the ticket's check-in, with its time and door."""
+    return Verdict(
+        Scan.AMBER,
+        f"Already checked in at {clock(first.at)} ({first.door})",
+        f"{ticket.name} · {ticket.registration.code} · {ticket.number}",
+        ticket=ticket,
+    )
 
 
 def undo_check_in(*, ticket: str, actor: str, reason: str) -> CheckIn:

@@ -158,6 +158,7 @@ def door_page(request):
             "door_name": request.GET.get("door", "")[:40],
             "may_view_arrivals": request.user.has_perm("door.view_checkin"),
             "max_sync": MAX_SYNC,
+            "scans_per_minute": conf.scans_per_minute(),
             "user_key": services.door_user_key(request.user.pk),
         },
     )
@@ -185,7 +186,7 @@ def scan_json(request):
 @never_cache
 def sync_json(request):
     """Scans a door made offline: {"scans": [scan, ...]}, answered in order,
-    each on its own: a scan that cannot be checked gets its own error (and
+    the admitted ones recorded first, each on its own: a scan that cannot be checked gets its own error (and
     "retry": true when sending it again may help), never the batch's. Sending
     the same list again changes nothing (each scan has its id)."""
     if answer := json_refused(request, "door.check_in"):
@@ -202,26 +203,34 @@ def sync_json(request):
     allowed = scans_allowed(request, len(scans))
     if scans and not allowed:
         return too_many()
-    answers = []
-    for number, scan in enumerate(scans):
-        scan_id = scan.get("scan_id") if isinstance(scan, dict) else None
-        scan_id = scan_id if isinstance(scan_id, str) and len(scan_id) <= 64 else None
-        if number >= allowed:
-            answers.append(
-                {"scan_id": scan_id, "error": "Too many scans this minute: sent again later.", "retry": True}
-            )
-            continue
-        if not isinstance(scan, dict):
-            answers.append({"scan_id": None, "error": "A scan is a JSON object: scan_id, code, door."})
-            continue
-        try:
-            answers.append(one_scan(request, scan).as_json())
-        except services.DoorError as error:
-            answers.append({"scan_id": scan_id, "error": str(error)})
-        except Exception:  # one scan's failure (the database, say) is that scan's answer
-            logger.exception("A door scan in a sync could not be recorded")
-            answers.append({"scan_id": scan_id, "error": "This scan could not be recorded now.", "retry": True})
+    # The scans whose guests the phone let in first, then the rest, each in queue
+    # order: within the limit an admitted guest is checked in on the server before
+    # any scan that admitted nobody (another door online would let them in again),
+    # and a later scan of the same ticket finds its check-in. Answered in the order sent.
+    first = sorted(
+        range(len(scans)), key=lambda n: not (isinstance(scans[n], dict) and scans[n].get("admitted") is True)
+    )
+    answers: list = [None] * len(scans)
+    for place, number in enumerate(first):
+        answers[number] = sync_answer(request, scans[number], within_limit=place < allowed)
     return JsonResponse({"answers": answers, "max_scans": MAX_SYNC})
+
+
+def sync_answer(request, scan, *, within_limit: bool) -> dict:
+    """One scan of a sync: its answer, or its own error."""
+    scan_id = scan.get("scan_id") if isinstance(scan, dict) else None
+    scan_id = scan_id if isinstance(scan_id, str) and len(scan_id) <= 64 else None
+    if not within_limit:
+        return {"scan_id": scan_id, "error": "Too many scans this minute: sent again later.", "retry": True}
+    if not isinstance(scan, dict):
+        return {"scan_id": None, "error": "A scan is a JSON object: scan_id, code, door."}
+    try:
+        return one_scan(request, scan).as_json()
+    except services.DoorError as error:
+        return {"scan_id": scan_id, "error": str(error)}
+    except Exception:  # one scan's failure (the database, say) is that scan's answer
+        logger.exception("A door scan in a sync could not be recorded")
+        return {"scan_id": scan_id, "error": "This scan could not be recorded now.", "retry": True}
 
 
 @require_GET

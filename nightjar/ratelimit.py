@@ -1,8 +1,9 @@
 """A fixed one-minute window per key, counted in the database with one
 upsert, so every web process on every machine shares the count (a
 per-process cache let 3 gunicorn processes take 357 of 500 scans against a
-limit of 120): the guest form's limit per client address and the door's
-per staff user, where each scan counts (a sync of N scans costs N)."""
+limit of 120): the guest form's limit per client address, the door's
+per staff user, where each scan counts (a sync of N scans costs N), and the
+failed sign-ins per address and per username (nightjar/signin.py)."""
 
 import functools
 import random
@@ -44,10 +45,19 @@ def _statements(alias: str) -> tuple[str, str]:
     return upsert, forget
 
 
+def this_minute() -> int:
+    return int(time.time() // 60)
+
+
+def peek(key: str) -> int:
+    """Key's count this minute, without adding to it."""
+    return RateCount.objects.filter(key=key[:200], minute=this_minute()).values_list("count", flat=True).first() or 0
+
+
 def count(key: str, cost: int = 1) -> int:
     """Add cost to key's count of this minute and return the new count: one
     statement, atomic under concurrency on SQLite (3.35+) and PostgreSQL."""
-    minute = int(time.time() // 60)
+    minute = this_minute()
     alias = RateCount.objects.db
     connection = connections[alias]
     upsert, forget = _statements(alias)

@@ -124,6 +124,7 @@ INSTALLED_APPS = [
     "nightjar_delivery",
     "tickets",
     "door",
+    "mail",  # the guests' mails: the outbox and its sender (mail/)
     "desk",
     "classroom",
     "nightjar",  # the site's own tables: the shared rate limit's counts, the staff sessions sign-out ends
@@ -266,6 +267,8 @@ LOGGING = {
 NIGHTJAR_REGISTRATIONS_PER_MINUTE = envint("NIGHTJAR_REGISTRATIONS_PER_MINUTE", 30)
 # Scans one staff user may send the door a minute, each scan of a sync counted (0: no limit).
 NIGHTJAR_DOOR_SCANS_PER_MINUTE = envint("NIGHTJAR_DOOR_SCANS_PER_MINUTE", 120)
+# Failed sign-ins a minute per client address and per username (nightjar/signin.py; 0: no limit).
+NIGHTJAR_SIGNIN_FAILURES_PER_MINUTE = envint("NIGHTJAR_SIGNIN_FAILURES_PER_MINUTE", 10)
 
 # The operations desk. A running worker rewrites its row this often (0: it
 # does not report), and is shown as gone when not seen for this long.
@@ -310,3 +313,25 @@ if "RABBITMQ_MANAGEMENT_URL" not in os.environ:
     RABBITMQ_MANAGEMENT_URL = f"http://127.0.0.1:{(_first_node.port or 5672) + 10000}/" if _loopback else ""
 RABBITMQ_MANAGEMENT_USER = os.environ.get("RABBITMQ_MANAGEMENT_USER", "")
 RABBITMQ_MANAGEMENT_PASSWORD = os.environ.get("RABBITMQ_MANAGEMENT_PASSWORD", "")
+
+# --- Mail to guests (mail/; README "Mail") ---------------------------------
+# The mail server; empty: mails are written as .eml files to NIGHTJAR_MAIL_DIR
+# (bin/run's default), and `check --deploy` fails (mail.E001).
+NIGHTJAR_SMTP_HOST = os.environ.get("NIGHTJAR_SMTP_HOST", "").strip()
+NIGHTJAR_SMTP_SSL = envbool("NIGHTJAR_SMTP_SSL", False)  # TLS from the first byte (usually port 465)
+NIGHTJAR_SMTP_TLS = envbool("NIGHTJAR_SMTP_TLS", False)  # STARTTLS after connecting (usually port 587)
+if NIGHTJAR_SMTP_SSL and NIGHTJAR_SMTP_TLS:
+    raise ImproperlyConfigured("Set NIGHTJAR_SMTP_SSL or NIGHTJAR_SMTP_TLS, not both.")
+NIGHTJAR_SMTP_PORT = envint(
+    "NIGHTJAR_SMTP_PORT", 465 if NIGHTJAR_SMTP_SSL else 587 if NIGHTJAR_SMTP_TLS else 25, minimum=1
+)
+NIGHTJAR_SMTP_USER = os.environ.get("NIGHTJAR_SMTP_USER", "")
+NIGHTJAR_SMTP_PASSWORD = os.environ.get("NIGHTJAR_SMTP_PASSWORD", "")
+NIGHTJAR_SMTP_TIMEOUT = envfloat("NIGHTJAR_SMTP_TIMEOUT", 10.0, minimum=0.1)  # every wait on the server
+NIGHTJAR_MAIL_FROM = os.environ.get("NIGHTJAR_MAIL_FROM", "Nightjar Print Studio <tickets@nightjar.invalid>")
+NIGHTJAR_MAIL_DIR = Path(os.environ.get("NIGHTJAR_MAIL_DIR") or BASE_DIR / ".run" / "mail")
+# The site as guests reach it: the links in their mails start with it.
+NIGHTJAR_SITE_URL = os.environ.get("NIGHTJAR_SITE_URL", "http://127.0.0.1:8000")
+NIGHTJAR_MAIL_ATTEMPTS = envint("NIGHTJAR_MAIL_ATTEMPTS", 8, minimum=1)
+NIGHTJAR_MAIL_RETRY_SECONDS = envfloat("NIGHTJAR_MAIL_RETRY_SECONDS", 30.0)  # doubles per attempt, at most an hour
+NIGHTJAR_MAIL_LEASE_SECONDS = envfloat("NIGHTJAR_MAIL_LEASE_SECONDS", 120.0, minimum=1)

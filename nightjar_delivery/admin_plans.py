@@ -50,8 +50,18 @@ def reason(request) -> str:
 
 
 def plan_then_apply(model_admin, request, plan: Plan) -> TemplateResponse | None:
-    """Confirmed: each step's change, reported one message each; else the plan's page."""
+    """Confirmed: each step's change, reported one message each; else the plan's page.
+    Confirmed with no step left (done meanwhile, by a guest or other staff):
+    the plan's `nothing` sentence, never a silent redirect."""
     confirmed = request.POST.get("confirm") == (plan.confirm or plan.action)
+    if confirmed and not plan.steps:
+        unused = (
+            " The reason you gave was not recorded: nothing needed it." if plan.reason_label and reason(request) else ""
+        )
+        model_admin.message_user(request, plan.nothing + unused, messages.WARNING)
+        for line in plan.set_aside:
+            model_admin.message_user(request, f"{plan.set_aside_heading} {line}", messages.WARNING)
+        return None
     if confirmed and plan.reason_label and not reason(request):
         model_admin.message_user(request, plan.no_reason, messages.ERROR)
     elif confirmed:

@@ -82,6 +82,7 @@ class Channel(abc.ABC):
     intents = "intents"  # what people call its intents, in the plural (the worker's "No ready intents")
     outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
     handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
+    teaches_checkpoints = False  # True: `worker --help` shows the crash-window switches (--pause, --crash)
     refusal: type[DomainError] = DomainError  # what the channel's refusals are (a subclass of DomainError)
 
     @property

@@ -3,6 +3,7 @@
 from urllib.parse import urlsplit
 
 from django.core import checks
+from django.db import connections
 
 from nightjar_delivery import conf, transport
 
@@ -14,9 +15,18 @@ def broker_settings(app_configs, **kwargs):
     if any(url.scheme not in transport.SCHEMES or not url.hostname for url in urls):
         errors.append(
             checks.Error(
-                "NIGHTJAR_BROKER_URL (or RABBITMQ_URL) is neither an AMQP nor a Redis URL.",
-                hint="Use amqp://user:password@host:5672/vhost (amqps:// for TLS) or redis://host:6379/0.",
+                "NIGHTJAR_BROKER_URL (or RABBITMQ_URL) is neither an AMQP, a Redis nor a database URL.",
+                hint="Use amqp://user:password@host:5672/vhost (amqps:// for TLS), redis://host:6379/0,"
+                " or db://default (the queue in a Django database: its alias).",
                 id="nightjar.E001",
+            )
+        )
+    elif urls[0].scheme == "db" and urls[0].netloc not in connections:
+        errors.append(
+            checks.Error(
+                f"NIGHTJAR_BROKER_URL names the database {urls[0].netloc!r}, which DATABASES does not have.",
+                hint="Name a database alias: db://default.",
+                id="nightjar.E007",
             )
         )
     elif len(urls) > 1 and any(transport.SCHEMES[url.scheme] != "amqp" for url in urls):
@@ -44,7 +54,7 @@ def redis_is_durable(app_configs, **kwargs):
     return [
         checks.Error(
             f"Redis would acknowledge XADDs it may lose: {'; '.join(problems)}.",
-            hint="Run redis-server with appendonly yes and appendfsync always (bin/redis-node does).",
+            hint=f"Run it with {transport.backend().DURABLE_SETTINGS}.",
             id="nightjar.E003",
         )
     ]

@@ -7,7 +7,7 @@ from django.conf import settings
 
 DEFAULTS = {
     # The broker; its scheme picks the transport (nightjar_delivery/transport/).
-    "NIGHTJAR_BROKER_URL": "amqp://guest:guest@127.0.0.1:5673/%2F",
+    "NIGHTJAR_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672/%2F",  # RabbitMQ's own port (the site sets 5673)
     # The channel a process serves when several are registered and none is named (--channel).
     "NIGHTJAR_DEFAULT_CHANNEL": "",
     # How long a publish, a connect or a management call may wait.

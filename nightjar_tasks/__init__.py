@@ -5,7 +5,8 @@
 `retry` (below) sets a task's own retry limit, backoff, time limit, and
 whether its body shares the transaction that records its result (the
 default: exactly one database effect per task); `enqueue_once` (below)
-makes the enqueue side exactly once too."""
+makes the enqueue side exactly once too; `cancel` (below) cancels a task
+that has not started."""
 
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -58,3 +59,26 @@ def enqueue_once(task: Any, key: str, /, *args: Any, **kwargs: Any) -> Any:
     if not hasattr(backend, "_enqueue_once"):
         raise TypeError(f"enqueue_once needs Nightjar's backend; {task.backend!r} is {type(backend).__name__}.")
     return backend.enqueue(task, args, kwargs, key=key)
+
+
+def cancel(task, /, *, actor: str = "code", reason: str = ""):
+    """Cancel a task that has not started (a TaskResult or its id): it becomes
+    FAILED, its last error nightjar_tasks.cancelling.Cancelled with who and
+    why, and never runs; a worker claiming it at that moment either runs it
+    (the cancel is refused) or finds it cancelled, never both. Raises
+    nightjar_tasks.CannotCancel (a DomainError) with a sentence: done,
+    failed or parked already, atomic=False, or no such task.
+
+        cancel(result, actor="billing", reason="the invoice was voided")
+    """
+    from nightjar_tasks.cancelling import cancel_task, task_id_of
+
+    return cancel_task(task_id=task_id_of(task), actor=actor, reason=reason)
+
+
+def __getattr__(name: str):
+    if name == "CannotCancel":  # (imported when asked: the models need the app registry)
+        from nightjar_tasks.cancelling import CannotCancel
+
+        return CannotCancel
+    raise AttributeError(f"module 'nightjar_tasks' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 value, errors with their tracebacks, attempts, workers, times), filtered by
 status, task path, queue and whether it is parked; searched by id or enqueue
 key. Requeue and discard of a parked task are actions with a permission
-each, show their plan first, and call the same services as `parked
+each, show their plan first, and call the same services as `nightjar_parked
 --channel tasks` (nightjar_delivery/reconcile.py), which leave a TaskStaffAction in
 the same transaction."""
 
@@ -10,11 +10,17 @@ import json
 from functools import partial
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import Plan, discard_parked, get_channel, plan_then_apply, requeue_parked
-from nightjar_tasks import conf
+from nightjar_delivery import Plan, discard_parked, get_channel, plan_then_apply, requeue_parked, staff_reason
+from nightjar_tasks import conf, schedules
+from nightjar_tasks.cancelling import cancel_task
+from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskParked, TaskRecord, TaskStaffAction
 
 SEARCH_MAX_CHARACTERS = 200  # a search is staff input of any size: bounded
@@ -71,10 +77,45 @@ class TaskRecordAdmin(admin.ModelAdmin):
         "finished_at",
         "trail",
     )
-    actions = ("requeue", "discard")
+    actions = ("requeue", "discard", "cancel")
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(is_parked=Exists(waiting_for_staff()))
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.schedules_view)
+        return [path("schedules/", view, name="nightjar_tasks_taskrecord_schedules"), *super().get_urls()]
+
+    def schedules_view(self, request):
+        """The schedules NIGHTJAR_TASKS_SCHEDULE declares, each with its next
+        slot and the last task it enqueued (read-only: settings declare them)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        rows, problem, now = [], "", timezone.now()
+        try:
+            found = schedules.all_schedules()
+        except ValueError as error:
+            found, problem = [], str(error)
+        for schedule in found:
+            prefix = schedule.key_prefix
+            last = TaskRecord.objects.filter(enqueue_key__startswith=prefix).order_by("-enqueued_at", "-pk").first()
+            rows.append(
+                {
+                    "schedule": schedule,
+                    "following": schedule.following(now),
+                    "last": last,
+                    "last_slot": last.enqueue_key.removeprefix(prefix) if last else "",
+                }
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Schedules",
+            "rows": rows,
+            "problem": problem,
+            "rule": schedules.MISSED_SLOTS,
+        }
+        return TemplateResponse(request, "admin/nightjar_tasks/taskrecord/schedules.html", context)
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()[:SEARCH_MAX_CHARACTERS]
@@ -96,6 +137,9 @@ class TaskRecordAdmin(admin.ModelAdmin):
 
     def has_discard_permission(self, request):
         return request.user.has_perm("nightjar_tasks.discard_taskrecord")
+
+    def has_cancel_permission(self, request):
+        return request.user.has_perm("nightjar_tasks.cancel_taskrecord")
 
     @admin.display(boolean=True, description="parked")
     def parked(self, obj):
@@ -142,6 +186,34 @@ class TaskRecordAdmin(admin.ModelAdmin):
     @admin.action(description="Discard: give up on the parked task", permissions=["discard"])
     def discard(self, request, queryset):
         return self.plan(request, queryset, "discard", discard_parked, "give up on (it stays FAILED)")
+
+    @admin.action(description="Cancel: the task waiting to run never runs", permissions=["cancel"])
+    def cancel(self, request, queryset):
+        """The plan (the READY tasks; the others named and left alone), then,
+        confirmed with a reason, cancel_task per task: a worker that claimed
+        one meanwhile wins, and that task's line says so."""
+        chosen = list(queryset.order_by("enqueued_at", "pk"))
+        waiting = [r for r in chosen if r.status == TaskResultStatus.READY and not r.is_parked]
+
+        def change(record) -> str:
+            cancel_task(task_id=record.pk, actor=actor(request), reason=staff_reason(request))
+            return f"task {record.pk}: cancelled."
+
+        plan = Plan(
+            action="cancel",
+            title="Cancel tasks waiting to run",
+            steps=[
+                (f"task {r.pk} ({r.task_path}): never run it (FAILED, cancelled)", partial(change, r)) for r in waiting
+            ],
+            selected=[record.pk for record in chosen],
+            nothing="None of the selected tasks is waiting to run: there is nothing to cancel.",
+            set_aside=[f"task {r.pk} ({r.task_path}, {r.status})" for r in chosen if r not in waiting],
+            set_aside_heading="Not waiting to run, left alone:",
+            note="A worker that claims one of them before the cancel runs it; its line then says so.",
+            reason_label="Why cancel (kept in the staff trail):",
+            no_reason="Say why you cancel: the staff trail keeps it.",
+        )
+        return plan_then_apply(self, request, plan)
 
     def plan(self, request, queryset, action: str, service, what: str):
         """The plan first (which tasks, what happens; those not parked are

@@ -8,7 +8,7 @@ class NightjarTasksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from nightjar_tasks import channel, checks  # noqa: F401 (checks registers itself)
+        from nightjar_tasks import channel, checks, schedules  # noqa: F401 (checks, schedules register their checks)
 
         channel.register_channels()
         from nightjar_delivery import METRICS_AVAILABLE, add_desk_collector

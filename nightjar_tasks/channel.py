@@ -27,7 +27,7 @@ def label(task_id: int) -> str:
 
 
 def task_key(code: str) -> int:
-    """The id staff type (`parked --requeue 12`, or "task 12")."""
+    """The id staff type (`nightjar_parked requeue 12`, or "task 12")."""
     try:
         return int(str(code).strip().removeprefix("task").strip())
     except ValueError:

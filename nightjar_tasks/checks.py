@@ -74,7 +74,7 @@ def time_limit_problems(backend, limit):
             f"the only write lock that long, and a guest's write waits only {budget * 2:g} s (the busy timeout).",
             hint=(
                 f"Keep it at most {budget:g} s; run longer tasks with @retry(atomic=False) (their writes commit "
-                "on their own), or move to PostgreSQL (README: Tasks)."
+                "on their own), or move to PostgreSQL (docs/tasks.md: A body runs inside the worker's transaction)."
             ),
             id="nightjar_tasks.E007",
         )

@@ -73,10 +73,11 @@ class TaskRecord(models.Model):
     class Meta:
         ordering = ["-enqueued_at", "-id"]
         indexes = [models.Index(fields=["status", "published_at"], name="nightjar_task_due")]
-        # The admin's two actions on a parked task, each a permission of its own (view: Django's view_taskrecord).
+        # The admin's actions, each a permission of its own (view: Django's view_taskrecord).
         permissions = [
             ("requeue_taskrecord", "Can requeue a parked task"),
             ("discard_taskrecord", "Can discard a parked task"),
+            ("cancel_taskrecord", "Can cancel a task waiting to run"),
         ]
 
     def __str__(self) -> str:

@@ -41,6 +41,7 @@ from django.conf import settings
 from django.db import connection
 
 from devtools import web
+from devtools.mailserver import MailServer
 from devtools.ports import free_port
 from nightjar_delivery import transport
 from nightjar_delivery.transport import memory
@@ -49,9 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # Which transport this run proves: bin/test runs the suite once per transport.
+# database: the queue in the test database itself (db://default), no broker to start.
 TRANSPORT = os.environ.get("NIGHTJAR_TEST_TRANSPORT", "amqp")
-if TRANSPORT not in ("amqp", "redis"):
-    raise RuntimeError(f"NIGHTJAR_TEST_TRANSPORT must be amqp or redis, not {TRANSPORT!r}.")
+if TRANSPORT not in ("amqp", "redis", "database"):
+    raise RuntimeError(f"NIGHTJAR_TEST_TRANSPORT must be amqp, redis or database, not {TRANSPORT!r}.")
 
 
 class BrokerNode:
@@ -167,6 +169,9 @@ def rabbit(tmp_path_factory) -> BrokerNode:
     given = os.environ.get("NIGHTJAR_BROKER_URL") or os.environ.get("RABBITMQ_URL")
     if given:
         yield BrokerNode(given, None, os.environ.get("RABBITMQ_MANAGEMENT_URL", ""))
+        return
+    if TRANSPORT == "database":
+        yield BrokerNode("db://default", None)
         return
     folder = tmp_path_factory.mktemp(TRANSPORT)
     if TRANSPORT == "redis":
@@ -424,3 +429,15 @@ def workers(worker_env):
     pool = Workers(worker_env)
     yield pool
     pool.stop_all()
+
+
+@pytest.fixture
+def smtp(settings):
+    """A real SMTP server (aiosmtpd, a thread of this process) that the mail
+    sender is pointed at, here and in worker_env's processes; retries due at once."""
+    with MailServer() as server:
+        settings.NIGHTJAR_SMTP_HOST, settings.NIGHTJAR_SMTP_PORT = server.host, server.port
+        settings.NIGHTJAR_SMTP_TIMEOUT = 2.0
+        settings.NIGHTJAR_MAIL_RETRY_SECONDS = 0
+        settings.NIGHTJAR_SITE_URL = "https://nightjar.example.org"
+        yield server

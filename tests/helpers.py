@@ -3,7 +3,10 @@ parametrization, the broken tickets table, and
 waiting for a condition. (Broker nodes, worker processes, gunicorn and the
 tiers live in tests/conftest.py.)"""
 
+import re
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -47,3 +50,12 @@ def register_by_form(client, name: str):
     """Fill in the evening form with the Django test client, as a guest does; the POST's response."""
     key = submission_key(client.get("/evening/").content.decode())
     return client.post("/evening/", {"name": name, "submission_key": key})
+
+
+def tasks_settings_block() -> str:
+    """The indented block after "Paste into your settings module" in
+    docs/tasks.md (the package's page), as written: tests/test_wheel.py pastes
+    it into a stranger's project, tests/test_tasks_ops.py reads what it says."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "tasks.md").read_text()
+    after = page.split("Paste into your settings module", 1)[1].split(":\n", 1)[1]
+    return textwrap.dedent(re.match(r"\n((?:    .*\n|\n)+)", after).group(1))

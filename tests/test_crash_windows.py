@@ -5,6 +5,7 @@ import signal
 
 import pytest
 
+from nightjar_delivery import transport
 from tests.helpers import MODES, break_tickets_table, mend_tickets_table
 from tickets.models import Completion, Ticket
 from tickets.services.registrations import register_guest
@@ -49,6 +50,14 @@ def test_worker_killed_at_a_checkpoint_ends_with_exactly_one_ticket(checkpoint, 
 
     rerun = workers.run(*mode)
     assert rerun.returncode == 0, rerun.stderr
+    if checkpoint == "after-commit" and transport.kind() == "database":
+        # Stronger on the database transport: the ack (the row's DELETE) committed with the
+        # ticket, so there is nothing to redeliver (transport.ack_within).
+        assert rerun.stdout.strip() == "No ready registrations"
+        assert rows() == (1, 1)
+        if how == "Ctrl+C":
+            assert "the delivery was already acked" in output
+        return
     assert f"Received {registration.code} redelivered=True" in rerun.stdout
     assert "Handler returned." in rerun.stdout
     assert rows() == (1, 1)
@@ -79,7 +88,10 @@ def test_crash_switch_exits_abruptly_and_redelivery_makes_one_ticket(crash, stat
     assert result.returncode == status, result.stdout + result.stderr
     assert rows() == state
     rerun = workers.run(*mode)
-    assert "redelivered=True" in rerun.stdout
+    if crash == "after" and transport.kind() == "database":
+        assert rerun.stdout.strip() == "No ready registrations"  # the ack committed with the ticket
+    else:
+        assert "redelivered=True" in rerun.stdout
     assert rows() == (1, 1)
 
 

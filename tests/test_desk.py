@@ -77,7 +77,7 @@ def test_the_dashboard_draws_charts_and_says_when_it_read_its_numbers(staff):
     made("Waiting", ago=5, waited=None)
     page = staff.get(DESK).content.decode()
     assert "Numbers read at" in page and " UTC</time>" in page
-    assert page.count("<svg viewBox") == 5  # rates and latency, last hour and last day; the door's arrivals
+    assert page.count("<svg viewBox") == 6  # rates and latency, last hour and last day; the door's arrivals; mail
     assert "6 registrations and 5 tickets, per minute." in page
     assert "Slowest p99: 4.5 s" in page
     assert re.search(r'<polyline class="series-a" points="[\d., ]+"', page)
@@ -88,7 +88,7 @@ def test_the_dashboard_draws_charts_and_says_when_it_read_its_numbers(staff):
     fragment = staff.get(DESK + "?fragment=1")
     assert "no-store" in fragment["Cache-Control"]
     body = fragment.content.decode()
-    assert "<html" not in body and "Numbers read at" in body and body.count("<svg") == 5
+    assert "<html" not in body and "Numbers read at" in body and body.count("<svg") == 6
     index = staff.get("/admin/").content.decode()
     assert DESK in index and "Operations desk" in index
 

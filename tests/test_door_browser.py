@@ -202,6 +202,66 @@ def busy_door_site(worker_env):
     server.wait(timeout=30)
 
 
+@pytest.fixture
+def slow_door_site(worker_env):
+    """The site with a scan limit a test reaches: 5 a minute."""
+    env = {**worker_env, "DJANGO_DEBUG": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    server, url = start_gunicorn({**env, "NIGHTJAR_DOOR_SCANS_PER_MINUTE": "5"}, "--workers", "1")
+    yield url
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest.mark.system
+@pytest.mark.transport_free
+def test_back_online_past_the_scan_limit_the_admitted_guests_scans_go_first_and_the_page_says_so(
+    slow_door_site, monkeypatch, settings
+):
+    """60 scans queued offline, the guests let in at 1, 31, 55 and 60, a limit
+    of 5 scans a minute: in queue order (chunks of 50) the guests at 55 and 60
+    would wait a minute unchecked-in while another door could admit them again.
+    The page sends the admitted first and says the rest follow within the limit."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    door_staff()
+    tickets = many_tickets(60)
+    admitted = {0, 30, 54, 59}
+    scans = [
+        {
+            "scan_id": f"q-{n}",
+            "code_sha256": hashlib.sha256(t.secret.encode()).hexdigest(),
+            "door": "North",
+            "scanned_at": "2026-12-04T19:00:00.000Z",
+            "offline": True,
+            "admitted": n in admitted,
+        }
+        for n, t in enumerate(tickets)
+    ]
+    with chromium(monkeypatch) as browser:
+        context = browser.new_context()
+        page = context.new_page()
+        sign_in(page, slow_door_site)
+        status = page.locator("#status")
+        expect(status).to_have_text("online — no camera: type ticket numbers", timeout=20_000)
+        context.set_offline(True)
+        expect(status).to_contain_text("offline — no camera", timeout=10_000)
+        page.evaluate(
+            "(scans) => localStorage.setItem('nightjar-door-queue:' + document.getElementById('door').dataset.user,"
+            " JSON.stringify(scans))",
+            scans,
+        )
+        context.set_offline(False)
+        expect(status).to_have_text(
+            "online — 55 scans waiting to be sent: every admitted guest's scan is sent; "
+            "the rest follow within the server's limit of 5 scans a minute",
+            timeout=30_000,
+        )
+        page.screenshot(path=ARTIFACTS / "door-8-admitted-first.png")
+        assert len(page.evaluate(QUEUED)) == 55
+        context.close()
+    assert set(CheckIn.objects.values_list("ticket_id", flat=True)) == {tickets[n].pk for n in admitted}
+    assert Scan.objects.count() == 5
+
+
 @pytest.mark.system
 @pytest.mark.transport_free
 def test_a_phone_without_camera_offline_for_250_scans_sends_every_one_and_a_stale_token_admits_nobody(

@@ -5,6 +5,7 @@ CSRF, idempotency by scan id, the rate limit, the offline sync, the guest's
 import json
 import logging
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -289,3 +290,63 @@ def test_a_phones_queue_key_stays_the_same_across_django_versions(settings):
         key = door_user_key(42)
     salt = hashlib.sha1(("nightjar.door.queue" + settings.SECRET_KEY).encode()).digest()
     assert key == hmac.new(salt, b"42", hashlib.sha1).hexdigest()[:16]
+
+
+def offline_scan(ticket, scan_id: str, *, admitted: bool, at: str, door: str = "North") -> dict:
+    """A scan as the phone queues it offline: the code's digest, never the secret."""
+    from door.models import digest
+
+    return {
+        "scan_id": scan_id,
+        "code_sha256": digest(ticket.secret),
+        "door": door,
+        "scanned_at": at,
+        "offline": True,
+        "admitted": admitted,
+    }
+
+
+@pytest.mark.fast
+def test_a_second_offline_scan_of_a_ticket_the_phone_let_in_is_amber_at_the_first_scans_time_and_door():
+    """The phone admitted T-0001, then showed amber for it ("already checked
+    in"): the server said red, "turned T-0001 away; it is not checked in",
+    though T-0001 was checked in by the first scan. Answer and record say what is true."""
+    from django.utils import timezone
+
+    ticket = mina()
+    door = staff_with("check_in")
+    let_in = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=30)  # within the phone's clock slack
+    shown = f"Already checked in at {timezone.localtime(let_in):%H:%M} (North)"
+    first = offline_scan(ticket, "off-1", admitted=True, at=let_in.isoformat())
+    second = offline_scan(ticket, "off-2", admitted=False, at=(let_in + timedelta(minutes=3)).isoformat(), door="South")
+    for scans in ([first, second], [second, first]):  # queue order aside: the admitted one counts first
+        CheckIn.objects.all().delete()
+        Scan.objects.all().delete()
+        answers = {answer["scan_id"]: answer for answer in sync(door, scans).json()["answers"]}
+        assert answers["off-1"]["colour"] == "green"
+        assert (answers["off-2"]["colour"], answers["off-2"]["sentence"]) == ("amber", shown)
+        assert answers["off-2"]["ticket"] == ticket.number and answers["off-2"]["conflict"] is False
+        recorded = Scan.objects.get(scan_id="off-2")
+        assert (recorded.colour, recorded.sentence, recorded.ticket_id) == ("amber", shown, ticket.pk)
+        (check_in,) = CheckIn.objects.all()
+        assert (check_in.door, check_in.scan.scan_id) == ("North", "off-1")
+
+
+@pytest.mark.fast
+def test_within_the_scan_limit_a_sync_records_the_admitted_guests_first(settings, monkeypatch):
+    """205 scans queued offline with the admitted guests at 1, 61, 131, 201 and
+    205 went in queue order: at the limit the last three were not checked in a
+    minute later. Here: five scans, the admitted at 1, 4 and 5, a limit of 3."""
+    monkeypatch.setattr("nightjar.ratelimit.this_minute", lambda: 29_000_000)  # one minute throughout
+    settings.NIGHTJAR_DOOR_SCANS_PER_MINUTE = 3
+    registrations = Registration.objects.bulk_create([Registration(name=f"Guest {n}") for n in range(5)])
+    tickets = Ticket.objects.bulk_create([Ticket(registration=r, name=r.name) for r in registrations])
+    admitted = {0, 3, 4}
+    scans = [
+        offline_scan(t, f"q-{n}", admitted=n in admitted, at="2026-12-04T19:00:00Z") for n, t in enumerate(tickets)
+    ]
+    answers = sync(staff_with("check_in"), scans).json()["answers"]
+    assert [a["scan_id"] for a in answers] == [f"q-{n}" for n in range(5)]  # answered in the order sent
+    assert [a.get("colour") for a in answers] == ["green", None, None, "green", "green"]
+    assert all(answers[n]["retry"] is True for n in (1, 2))  # the phone sends those next minute
+    assert set(CheckIn.objects.values_list("ticket_id", flat=True)) == {tickets[n].pk for n in admitted}

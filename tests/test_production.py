@@ -30,6 +30,8 @@ PRODUCTION_ENV = {
     "DJANGO_SECRET_KEY": "a-long-random-production-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
     "DJANGO_DEBUG": "0",
     "DJANGO_ALLOWED_HOSTS": "nightjar.example.org",
+    "NIGHTJAR_SMTP_HOST": "mail.example.org",
+    "NIGHTJAR_SITE_URL": "https://nightjar.example.org",
 }
 
 
@@ -53,6 +55,14 @@ def test_check_deploy_flags_a_missing_secret_key():
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
     assert result.returncode != 0
     assert "security.W009" in result.stderr
+
+
+@pytest.mark.system
+def test_check_deploy_fails_when_production_would_send_guests_mail_nowhere():
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k not in ("NIGHTJAR_SMTP_HOST", "NIGHTJAR_SITE_URL")}
+    result = manage("check", "--deploy", env=env)
+    assert result.returncode != 0
+    assert "mail.E001" in result.stderr and "mail.E002" in result.stderr
 
 
 @pytest.mark.system
@@ -162,7 +172,7 @@ def test_guest_secrets_never_reach_the_logs():
 def test_docker_compose_describes_every_service_with_what_it_needs():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"rabbitmq", "postgres", "migrate", "web", "worker"}
+    assert set(services) == {"rabbitmq", "postgres", "migrate", "web", "worker", "mail"}
     assert services["rabbitmq"]["image"].startswith("rabbitmq:") and "management" in services["rabbitmq"]["image"]
     assert services["postgres"]["image"].startswith("postgres:")
     for name in ("rabbitmq", "postgres", "web"):
@@ -180,6 +190,8 @@ def test_docker_compose_describes_every_service_with_what_it_needs():
         assert services[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
     assert services["worker"]["command"][:4] == ["python", "manage.py", "worker", "--serve"]
     assert services["worker"]["stop_signal"] == "SIGTERM"
+    assert services["mail"]["command"][:4] == ["python", "manage.py", "send_mail", "--serve"]
+    assert services["mail"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "requirements.txt" in dockerfile and "collectstatic" in dockerfile
 
@@ -241,6 +253,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
         ("nightjar-web.service", "nightjar-web.service"),
         ("nightjar-worker@.service", "nightjar-worker@1.service"),
         ("nightjar-tasks-worker@.service", "nightjar-tasks-worker@1.service"),
+        ("nightjar-mail.service", "nightjar-mail.service"),
     ):
         text = (ROOT / "deploy" / name).read_text()
         assert "/srv/nightjar" in text
@@ -254,6 +267,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     # A task body may end its worker with status 0 (os._exit(0)): restarted on any exit.
     tasks_worker = (ROOT / "deploy" / "nightjar-tasks-worker@.service").read_text()
     assert "manage.py worker --channel tasks --serve" in tasks_worker and "\nRestart=always\n" in tasks_worker
+    assert "manage.py send_mail --serve" in (ROOT / "deploy" / "nightjar-mail.service").read_text()
 
 
 @pytest.mark.system

@@ -266,3 +266,31 @@ def test_a_read_ahead_whose_send_broke_midway_hands_out_what_it_may_have_read_at
     assert not armed  # the read-ahead was sent, and broke
     assert sorted(body for body, _ in seen) == list(range(8))  # each once, none waiting for a claim
     assert redis_server.cli("XPENDING", queue, "nightjar", "-", "+", "100") == ""
+
+
+def test_a_stock_redis_is_refused_by_the_publish_the_worker_and_check_each_naming_the_two_settings(
+    redis_server, workers
+):
+    redis_server.cli("CONFIG", "SET", "appendonly", "no")  # as a stock redis-server runs
+    transport.reset()
+    with pytest.raises(transport.BrokerError) as refused:
+        transport.publish(b"{}", message_id="m-1", queue=transport.queue_name())
+    worker = workers.run("--drain")
+    deploy = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=ROOT,
+        env=workers.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    for said in (str(refused.value), worker.stderr, deploy.stderr):
+        assert "appendonly yes" in said and "appendfsync always" in said and "CONFIG SET" in said
+        assert "bin/redis-node" not in said
+    assert worker.returncode == 2
+    assert "nightjar.E003" in deploy.stderr
+    assert redis_server.cli("XLEN", transport.queue_name()) == "0"
+    redis_server.cli("CONFIG", "SET", "appendonly", "yes")  # set as the message says: published again
+    transport.reset()  # (the publisher's backoff after a failure)
+    transport.publish(b"{}", message_id="m-2", queue=transport.queue_name())
+    assert redis_server.cli("XLEN", transport.queue_name()) == "1"

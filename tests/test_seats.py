@@ -310,6 +310,28 @@ def test_staff_cancel_in_the_admin_needs_the_permission_a_reason_and_a_confirmat
     assert response.status_code in (200, 302) and second.seat == "confirmed"
 
 
+def test_staff_confirming_a_cancel_the_guest_made_meanwhile_are_told_so_and_their_reason_is_not_kept(staff):
+    """The plan showed R-0001; the guest cancelled from their own link before
+    staff pressed "Yes, cancel": one cancellation, one promotion, and staff
+    are told there was nothing left to do, not sent back without a word."""
+    seats.set_capacity(capacity=1, actor=STAFF)
+    first, second = guests(2)
+    changelist = "/admin/tickets/registration/"
+    chosen = {"action": "cancel_registrations", "_selected_action": [first.pk]}
+    assert first.code in staff.post(changelist, chosen).content.decode()  # the plan
+    seats.cancel_registration(registration=first, actor=seats.GUEST_ACTOR)
+    answer = staff.post(changelist, {**chosen, "confirm": "cancel", "reason": "Called to say she is ill"}, follow=True)
+    told = answer.content.decode()
+    assert "Every selected registration is already cancelled; there is nothing to cancel." in told
+    assert "The reason you gave was not recorded: nothing needed it." in told
+    assert (
+        f"Already cancelled, left alone: {first.code} Guest 1 (cancelled, by the guest (registration page) at" in told
+    )
+    assert [a.detail for a in StaffAction.objects.filter(action="cancel")] == ["Cancelled by the guest."]
+    second.refresh_from_db()
+    assert second.seat == "confirmed" and StaffAction.objects.filter(action="promote").count() == 1
+
+
 def page(client, registration, suffix: str = "") -> str:
     return client.get(f"/registrations/{registration.code}/{registration.secret}/{suffix}").content.decode()
 

@@ -371,6 +371,20 @@ def test_requeue_in_the_admin_shows_its_plan_then_runs_the_task_again_with_a_tra
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.fast
+def test_a_discard_confirmed_after_another_staff_requeued_the_task_says_there_was_nothing_left(client, tasks_channel):
+    parked = parked_task("meanwhile")
+    staff = staff_with(client, "view_taskrecord", "discard_taskrecord", "requeue_taskrecord")
+    chosen = {"action": "discard", "_selected_action": [parked.pk]}
+    assert "give up on" in staff.post(CHANGELIST, chosen).content.decode()  # the plan
+    engine.requeue_parked(tasks_channel, parked, actor="someone else (admin)")
+    told = staff.post(CHANGELIST, {**chosen, "confirm": "discard"}, follow=True).content.decode()
+    assert "None of the selected tasks is parked: there is nothing to discard." in told
+    assert f"Not parked, left alone: task {parked.pk} (tests.task_functions.insert_row" in told
+    assert TaskParked.objects.get(task=parked).resolution == TaskParked.REQUEUED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
 def test_discard_in_the_admin_gives_up_on_a_parked_task_with_a_trail(client, tasks_channel):
     from nightjar_tasks.models import TaskStaffAction
 

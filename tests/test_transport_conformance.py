@@ -1,13 +1,17 @@
 """Each transport's Consumer keeps the written protocol
 (nightjar_delivery/transport/protocol.py), against the real broker: RabbitMQ here,
 Redis Streams when bin/test runs the suite with NIGHTJAR_TEST_TRANSPORT=redis
-(the broker tier), and the in-memory transport the fast tier stands on (each
+(the broker tier), the database transport with NIGHTJAR_TEST_TRANSPORT=database
+(SQLite, and PostgreSQL with DATABASE_URL), and the in-memory transport the fast tier stands on (each
 test once more, marked fast: tests/conftest.py gives it memory://)."""
 
 import pytest
 
 from nightjar_delivery import transport
 from nightjar_delivery.transport.protocol import Consumer as ConsumerProtocol
+
+# The database transport's consumer has a connection of its own: it sees only what is committed.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(
@@ -16,7 +20,7 @@ from nightjar_delivery.transport.protocol import Consumer as ConsumerProtocol
 )
 def on(request):
     """Which transport: the tier's (the conftest's test_settings sets the broker URL from the marker)."""
-    expected = "memory" if request.param == "memory" else ("redis_streams", "amqp")
+    expected = "memory" if request.param == "memory" else ("redis_streams", "amqp", "database")
     assert transport.kind() in expected
     return request.param
 

@@ -1,13 +1,12 @@
 """The library as a stranger installs it: the wheel built from this checkout
 (the engine and the Tasks backend, nothing of the site), installed with one
 broker extra into a fresh virtual environment with no checkout on the path,
-into a fresh `django-admin startproject` whose settings get the README's block
+into a fresh `django-admin startproject` whose settings get docs/tasks.md's block
 pasted as written; then check, migrate, a task enqueued inside atomic(), the
 worker run, and the result read SUCCESSFUL from another process — on Django
 5.2 with the backport (Python 3.11) and on Django 6.1 with django.tasks
 (Python 3.12, the image's pyenv build; none found fails)."""
 
-import re
 import shutil
 import subprocess
 import sys
@@ -18,21 +17,12 @@ from pathlib import Path
 import pytest
 
 from devtools import pythons
+from tests.helpers import tasks_settings_block
 
 pytestmark = [pytest.mark.system, pytest.mark.transport_free]
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ("nightjar_delivery", "nightjar_tasks")  # the wheel's only top-level packages
-
-
-def readme_settings_block() -> str:
-    """The indented block after "Paste into your settings:" in the README, as written."""
-    readme = (ROOT / "README.md").read_text()
-    after = readme.split("Paste into your\nsettings:", 1)[1] if "Paste into your\nsettings:" in readme else None
-    if after is None:
-        after = readme.split("your settings:\n", 1)[1]
-    block = re.match(r"\n((?:    .*\n|\n)+)", after).group(1)
-    return textwrap.dedent(block)
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +143,8 @@ def test_a_stranger_installs_the_wheel_and_runs_a_task_once(wheel, rabbit, tmp_p
     settings = project / "mysite" / "settings.py"
     settings.write_text(
         settings.read_text()
-        + "\n# Pasted from Nightjar's README, as written:\n"
-        + readme_settings_block()
+        + "\n# Pasted from docs/tasks.md, as written:\n"
+        + tasks_settings_block()
         + "\n# This project's own:\n"
         + 'INSTALLED_APPS += ["shop"]\n'
         + f"NIGHTJAR_BROKER_URL = {rabbit.url!r}\n"

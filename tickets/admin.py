@@ -10,6 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, Exists, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpResponseRedirect
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from nightjar_delivery import Plan, plan_then_apply, staff_reason, transport
@@ -273,15 +274,18 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
     @admin.action(description="Cancel registrations (their seats go to the waiting list)", permissions=["cancel"])
     def cancel_registrations(self, request, queryset):
         """Show the plan and ask for a reason; cancel only when staff confirm."""
-        registrations = [r for r in queryset.order_by("pk")[:200] if r.seat != Seat.CANCELLED]
+        chosen = list(queryset.order_by("pk")[:200])
+        registrations = [r for r in chosen if r.seat != Seat.CANCELLED]
         plan = Plan(
             action="cancel_registrations",
             title="Cancel registrations",
             steps=[
                 (f"{r.code} {r.name} ({r.get_seat_display()})", partial(self.cancel, request, r)) for r in registrations
             ],
-            selected=[r.pk for r in registrations],
+            selected=[r.pk for r in chosen],
             nothing="Every selected registration is already cancelled; there is nothing to cancel.",
+            set_aside=self.already_cancelled([r for r in chosen if r.seat == Seat.CANCELLED]),
+            set_aside_heading="Already cancelled, left alone:",
             confirm="cancel",
             button="Yes, cancel",
             note="A freed seat goes to the first guest on the waiting list, and their ticket is published.",
@@ -290,8 +294,27 @@ class RegistrationAdmin(BoundedSearch, admin.ModelAdmin):
         )
         return plan_then_apply(self, request, plan)
 
+    @staticmethod
+    def already_cancelled(registrations) -> list[str]:
+        """Each one as staff read it: who cancelled it, and when (the staff trail's last cancel)."""
+        last = {}
+        for row in StaffAction.objects.filter(action="cancel", registration__in=registrations).order_by("at"):
+            last[row.registration_id] = row
+        lines = []
+        for r in registrations:
+            row = last.get(r.pk)
+            by = f", by {row.actor} at {timezone.localtime(row.at):%H:%M:%S}" if row else ""
+            lines.append(f"{r.code} {r.name} (cancelled{by})")
+        return lines
+
     def cancel(self, request, registration) -> str:
-        done = seats.cancel_registration(registration=registration, actor=actor(request), reason=staff_reason(request))
+        try:
+            done = seats.cancel_registration(
+                registration=registration, actor=actor(request), reason=staff_reason(request)
+            )
+        except seats.AlreadyCancelled as error:
+            # Cancelled between the plan and the confirmation (the guest's own link).
+            raise seats.AlreadyCancelled(f"{error} The reason you gave was not recorded: nothing needed it.") from None
         given = ", ".join(r.code for r in done.promoted)
         return f"{registration.code} cancelled" + (f"; its seat went to {given}." if given else ".")
 

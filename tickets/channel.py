@@ -37,7 +37,11 @@ class RegistrationsChannel(Channel):
     hinted_ids = staticmethod(contract.hinted_ids)
     check_stored = staticmethod(contract.check_stored)
     claimed_id = staticmethod(contract.claimed_id)
-    handler_help = handlers.SAFE_HANDLER
+    handler_help = (
+        f"NIGHTJAR_HANDLER; in lab mode the learner's lab/handler.py once `lab start` made it; "
+        f"else {handlers.SAFE_HANDLER}"
+    )
+    teaches_checkpoints = True  # the lab's exercise: the worker paused or crashed at each checkpoint
     intent_model = Registration
     intent_field = "registration"
     intent_time_field = "created"

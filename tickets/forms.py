@@ -24,6 +24,14 @@ class EveningForm(forms.Form):
         error_messages={"required": "Please enter the guest name."},
         widget=forms.TextInput(attrs={"maxlength": contract.MAX_NAME_CODE_POINTS, "autocomplete": "name"}),
     )
+    # Optional; validated as Django validates e-mail. The guest's mails go there (mail/).
+    email = forms.EmailField(
+        label="E-mail (optional)",
+        required=False,
+        max_length=254,
+        error_messages={"invalid": "Please enter an e-mail address such as guest@example.org, or leave it empty."},
+        widget=forms.EmailInput(attrs={"autocomplete": "email"}),
+    )
     submission_key = forms.CharField(
         widget=forms.HiddenInput, required=False, error_messages={"null_characters_not_allowed": TAMPERED}
     )

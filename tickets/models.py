@@ -17,6 +17,7 @@ from nightjar_delivery import (
     AbstractWorkerReport,
     sql,
 )
+from tickets import signals
 from tickets.contract import MAX_NAME_CODE_POINTS, format_code
 
 
@@ -108,6 +109,8 @@ class Registration(models.Model):
     # When a waiting guest got a freed seat; audit's grace period runs from here (else from created).
     promoted = models.DateTimeField(null=True, blank=True)
     cancelled = models.DateTimeField(null=True, blank=True)
+    # Optional: where the guest's mails go (mail/); empty for no mail.
+    email = models.EmailField("e-mail address", blank=True, default="")
 
     objects = RegistrationManager()
 
@@ -162,6 +165,8 @@ class TicketManager(models.Manager):
         fewer per batch)."""
         if not tickets:
             return
+        # Before the INSERT, which may go with the COMMIT: receivers write in this transaction.
+        signals.tickets_issued.send(sender=self.model, registration_ids=[pk for pk, _ in tickets])
         table, now, secrets_ = self.model._meta.db_table, sql.stored_now(), new_secrets(len(tickets))
         if sql.vendor() == "postgresql":
             # Arrays, as in insert_new: three parameters whatever the batch's size.

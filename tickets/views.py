@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
+from nightjar.middleware import client_address
 from nightjar.ratelimit import over_limit
 from nightjar_delivery import dependency_health
 from tickets import pdf
@@ -49,14 +50,6 @@ def visit(request):
     return render(request, "tickets/visit.html")
 
 
-def client_address(request) -> str:
-    # Behind the TLS proxy the client is the address the proxy saw, which it
-    # appends last to X-Forwarded-For; anything before it the client can forge.
-    if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) and request.META.get("HTTP_X_FORWARDED_FOR"):
-        return request.META["HTTP_X_FORWARDED_FOR"].split(",")[-1].strip()
-    return request.META.get("REMOTE_ADDR", "")
-
-
 def over_rate_limit(request) -> bool:
     """One client address's registration POSTs this minute, past NIGHTJAR_REGISTRATIONS_PER_MINUTE."""
     return over_limit(f"nightjar:registrations:{client_address(request)}", settings.NIGHTJAR_REGISTRATIONS_PER_MINUTE)
@@ -74,7 +67,9 @@ def evening(request):
         if form.is_valid():
             try:
                 registration = register_guest(
-                    name=form.cleaned_data["name"], submission_key=form.cleaned_data["submission_key"] or None
+                    name=form.cleaned_data["name"],
+                    submission_key=form.cleaned_data["submission_key"] or None,
+                    email=form.cleaned_data["email"],
                 )
             except SubmissionConflict as error:
                 form.add_error("name", str(error))
@@ -136,9 +131,16 @@ def registration_list(request):
 def registration_detail(request, code: str, secret: str):
     registration = guest_registration(code, secret)
     ticket = registration.tickets_in_order().first()
-    return render(
-        request, "tickets/registration.html", {"registration": registration, "ticket": ticket, **seat_of(registration)}
-    )
+    context = {"registration": registration, "ticket": ticket, "mails": mails_of(registration), **seat_of(registration)}
+    return render(request, "tickets/registration.html", context)
+
+
+def mails_of(registration: Registration) -> list:
+    """The guest's mails, oldest first, when the site sends mail (the mail
+    app's rows point here; this app does not import it)."""
+    if not registration.email or not hasattr(registration, "mails"):
+        return []
+    return list(registration.mails.order_by("id"))
 
 
 def seat_of(registration: Registration) -> dict:

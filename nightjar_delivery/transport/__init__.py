@@ -4,10 +4,13 @@ The worker and the services speak only to this small interface: publish,
 a Consumer (get, consume, ack after commit, hand back, keepalive, close),
 counts for status, and a few tools. Each broker client library is imported in
 one module of this package and nowhere else: pika in `amqp.py` (RabbitMQ, the
-default), redis-py in `redis_streams.py`. The broker URL's scheme
-(NIGHTJAR_BROKER_URL, or RABBITMQ_URL) chooses: amqp:// or redis://.
+default), redis-py in `redis_streams.py`; the database transport (`database.py`) uses
+the project's own database through Django. The broker URL's scheme
+(NIGHTJAR_BROKER_URL, or RABBITMQ_URL) chooses: amqp://, redis://, or
+db://<alias> (a Django database alias: the queue is rows of that database).
 """
 
+import contextlib
 import importlib
 import signal
 import time
@@ -59,12 +62,24 @@ def dead_letter_queue_name(queue: str | None = None) -> str:
 
 
 # memory:// is the fast test tier's in-process stand-in (memory.py), never a deployment's.
-SCHEMES = {"amqp": "amqp", "amqps": "amqp", "redis": "redis_streams", "rediss": "redis_streams", "memory": "memory"}
-NAMES = {"amqp": "RabbitMQ", "redis_streams": "Redis", "memory": "the in-memory broker"}
+SCHEMES = {
+    "amqp": "amqp",
+    "amqps": "amqp",
+    "redis": "redis_streams",
+    "rediss": "redis_streams",
+    "db": "database",
+    "memory": "memory",
+}
+NAMES = {
+    "amqp": "RabbitMQ",
+    "redis_streams": "Redis",
+    "database": "the database queue",
+    "memory": "the in-memory broker",
+}
 
 
 def kind() -> str:
-    """amqp or redis_streams, from the broker URL's scheme."""
+    """amqp, redis_streams or database, from the broker URL's scheme."""
     scheme = urlsplit(conf.NIGHTJAR_BROKER_URL.split(";")[0]).scheme
     if scheme not in SCHEMES:
         raise BrokerError(f"The broker URL's scheme {scheme!r} is none of {', '.join(SCHEMES)}.")
@@ -81,6 +96,7 @@ def name() -> str:
 RETURN_LIMITS = {
     "amqp": "RabbitMQ before 4.3 counts returns too and past {limit} moves it to the dead-letter queue",
     "redis_streams": "past {limit} returns the worker moves it to the dead-letter stream",
+    "database": "past {limit} returns the worker moves it to the dead-letter queue",
 }
 
 
@@ -131,6 +147,21 @@ def Consumer(*, prefetch: int = 1, queue: str):  # noqa: N802 (a factory that re
     close, `lost` lists entries the broker dropped before they were handled
     (Redis: trimmed while pending); the worker records and empties it."""
     return backend().Consumer(prefetch=prefetch, queue=queue)
+
+
+def ack_within(consumer, deliveries: list[Delivery], *, using: str):
+    """Around the handler: where the consumer can (the database transport,
+    when `using`, the database of the handler's commit, holds the queue), the
+    deliveries' ack joins the next commit on that database, so a crash after
+    it leaves nothing to redeliver. Elsewhere nothing: the ack after commit."""
+    method = getattr(consumer, "ack_within", None)
+    return method(deliveries, using=using) if method is not None else contextlib.nullcontext()
+
+
+def acked_within(consumer, delivery: Delivery | None) -> bool:
+    """Whether ack_within's commit removed this delivery (None: any, a batch's) and its ack is yet to come."""
+    done = getattr(consumer, "acked_in_transaction", ())
+    return delivery.tag in done if delivery is not None else bool(done)
 
 
 def queue_counts(queue: str) -> dict:

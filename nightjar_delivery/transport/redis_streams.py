@@ -117,7 +117,13 @@ class Publisher:
         self._backoff.check()
         try:
             if self._client is None:
-                self._client = client()
+                connection = client()
+                try:
+                    refuse_unless_durable(connection)  # once per connection: an XADD it may lose is no publish
+                except NotDurable:
+                    connection.close()
+                    raise
+                self._client = connection
             if queue not in self._groups:
                 ensure_group(self._client, queue)
                 self._groups.add(queue)
@@ -131,6 +137,9 @@ class Publisher:
             self.reset_connection()
             self._backoff.failed()
             raise translated("publish", error) from None
+        except NotDurable:
+            self._backoff.failed()
+            raise
         self._backoff.succeeded()
 
     def reset_connection(self) -> None:
@@ -560,19 +569,51 @@ def ping() -> None:
     short_call("health check", lambda connection: connection.ping())
 
 
-def durability_problems() -> list[str]:
+# What every refusal of a server that may lose acknowledged entries tells its operator to set.
+DURABLE_SETTINGS = (
+    "appendonly yes and appendfsync always (in redis.conf; or at once: CONFIG SET appendonly yes, "
+    "CONFIG SET appendfsync always, then CONFIG REWRITE to keep them)"
+)
+
+
+class NotDurable(BrokerError):
+    """The server would acknowledge an XADD before it is on disk."""
+
+
+def problems_of(connection: redis.Redis) -> list[str]:
     """What the server's configuration says against "published means durable"."""
+    config = {**connection.config_get("appendonly"), **connection.config_get("appendfsync")}
+    problems = []
+    if config.get("appendonly") != "yes":
+        problems.append(f"appendonly is {config.get('appendonly')!r}, not 'yes'")
+    if config.get("appendfsync") != "always":
+        problems.append(f"appendfsync is {config.get('appendfsync')!r}, not 'always'")
+    return problems
 
-    def read(connection: redis.Redis) -> list[str]:
-        config = {**connection.config_get("appendonly"), **connection.config_get("appendfsync")}
-        problems = []
-        if config.get("appendonly") != "yes":
-            problems.append(f"appendonly is {config.get('appendonly')!r}, not 'yes'")
-        if config.get("appendfsync") != "always":
-            problems.append(f"appendfsync is {config.get('appendfsync')!r}, not 'always'")
-        return problems
 
-    return short_call("configuration", read)
+def durability_problems() -> list[str]:
+    """problems_of() a fresh client. Raises BrokerError (unreachable, or CONFIG refused)."""
+    return short_call("configuration", problems_of)
+
+
+def durability_refusal(problems: list[str]) -> str:
+    """The sentence every refusal of such a server says (publish, worker, check)."""
+    return (
+        f"Redis at {masked_url()} would acknowledge entries it may lose ({'; '.join(problems)}): "
+        f"run it with {DURABLE_SETTINGS}."
+    )
+
+
+def refuse_unless_durable(connection: redis.Redis) -> None:
+    """Raise NotDurable on a server that may lose acknowledged entries. A
+    server that refuses CONFIG (an ACL without it, a managed Redis) cannot
+    be asked: not refused, as the worker does not refuse it."""
+    try:
+        problems = problems_of(connection)
+    except redis.exceptions.ResponseError:
+        return
+    if problems:
+        raise NotDurable(durability_refusal(problems))
 
 
 def purge_queues(queue: str | None = None) -> None:

@@ -106,7 +106,7 @@ class Failures:
         self.consumer.ack(delivery.tag)
         self.say(
             f"Parked {code}: its delivery failed {conf.NIGHTJAR_DELIVERY_LIMIT} times "
-            "(the delivery limit); see `parked`."
+            "(the delivery limit); see `nightjar_parked`."
         )
         return True
 

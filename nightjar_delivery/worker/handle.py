@@ -5,7 +5,7 @@ what a Ctrl+C at a checkpoint did to the delivery under way."""
 
 import time
 
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection, router, transaction
 from django.utils import timezone
 
 from nightjar_delivery import conf, metrics, recording, transport
@@ -24,13 +24,15 @@ class Handling:
         self.check_connections()
         started = time.perf_counter()
         accepted, rejections, stored = self.screen(deliveries, batch=batch)
-        if batch:
-            self.handle_batch(deliveries, accepted, rejections, stored, started)
-            return
-        for delivery, reason in rejections:
-            self.reject(delivery, reason)
-        for delivery, message, key in accepted:
-            self.handle_one(delivery, message, key, stored[key][1], started)
+        # The database transport: the ack joins the handler's commit (transport.ack_within).
+        with transport.ack_within(self.consumer, deliveries, using=router.db_for_write(self.channel.intent_model)):
+            if batch:
+                self.handle_batch(deliveries, accepted, rejections, stored, started)
+                return
+            for delivery, reason in rejections:
+                self.reject(delivery, reason)
+            for delivery, message, key in accepted:
+                self.handle_one(delivery, message, key, stored[key][1], started)
 
     def handle_batch(self, deliveries, accepted, rejections, stored, started: float) -> None:
         """The checked messages and the rejections in one transaction (the
@@ -88,7 +90,7 @@ class Handling:
 
     def interrupted(self) -> str:
         """What a Ctrl+C at a checkpoint did to the delivery, in one honest sentence."""
-        if self.current is not None and self.current_acked:
+        if (self.current is not None and self.current_acked) or transport.acked_within(self.consumer, self.current):
             return f"Interrupted; the delivery was already acked, so {transport.name()} has forgotten it: nothing goes back."
         sentence = f"Interrupted; the delivery goes back to {transport.name()}."
         if self.current is None:

@@ -6,7 +6,7 @@ import time
 
 from django.db import DatabaseError, connection
 
-from nightjar_delivery import conf, metrics, recording, transport
+from nightjar_delivery import conf, metrics, recording, sql, transport
 
 logger = logging.getLogger("nightjar_delivery.worker")  # the name its log lines always carried
 
@@ -43,8 +43,9 @@ class Reporting:
         and rewrite this worker's report (every NIGHTJAR_WORKER_REPORT_SECONDS)."""
         now = time.monotonic()
         every = conf.NIGHTJAR_WORKER_REPORT_SECONDS
-        # Never inside the handler's transaction (a learner paused there): the row would wait for its commit.
-        if every and now - self.last_report >= every and not connection.in_atomic_block:
+        # Never inside the handler's transaction (a learner paused there): the row would wait for its commit;
+        # nor while an ack waits to join the handler's commit (the database transport): it would join this one.
+        if every and now - self.last_report >= every and not connection.in_atomic_block and not sql.awaiting_commit():
             self.report()
         if self.health_file is None or now - self.last_beat < 1.0:
             return

@@ -10,7 +10,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from nightjar_delivery import DomainError, get_channel, publish_after_commit, transport
-from tickets import conf, contract, metrics
+from tickets import conf, contract, metrics, signals
 from tickets.models import Completion, ParkedDelivery, Registration, Seat, Ticket
 from tickets.services import evening
 from tickets.services.staff import record_staff_action
@@ -71,8 +71,9 @@ def refuse_without_seat(registration: Registration, what: str) -> None:
         raise NightjarError(f"{registration.code} is {registration.seat}: it holds no seat, so it is not {what}.")
 
 
-def register_guest(*, name: str, submission_key: str | None = None) -> Registration:
+def register_guest(*, name: str, submission_key: str | None = None, email: str = "") -> Registration:
     """Record a guest's registration (the durable intent) and publish it after commit.
+    email: optional, already validated (the form's EmailField); mails go there.
 
     The same submission key with the same name returns the registration made
     the first time (a re-sent form); with another name it is refused.
@@ -81,7 +82,7 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
     try:
         for attempt in (1, 2):
             try:
-                registration = _register(name, submission_key)
+                registration = _register(name, submission_key, email)
                 break
             except evening.CapacityChanged:
                 if attempt == 2:
@@ -97,18 +98,20 @@ def register_guest(*, name: str, submission_key: str | None = None) -> Registrat
     return registration
 
 
-def _register(name: str, submission_key: str | None) -> Registration:
+def _register(name: str, submission_key: str | None, email: str) -> Registration:
     """One transaction: the seat decision (under the evening's lock) and the
     insert. Only a registration with a seat is published; a waiting one is
-    published when a freed seat promotes it."""
+    published when a freed seat promotes it (and told it waits, in this transaction)."""
     with transaction.atomic():
         seat = evening.seat_for_newcomer()
-        registration = Registration(name=name, submission_key=submission_key or None, seat=seat)
+        registration = Registration(name=name, submission_key=submission_key or None, seat=seat, email=email)
         Registration.objects.insert(registration)
         if seat == Seat.CONFIRMED:
             # Safe in the database: after the commit the engine publishes it (a failed publish
             # is logged and left for reconcile; the guest never sees an error for it).
             transaction.on_commit(lambda: publish_after_commit(get_channel(CHANNEL), registration))
+        else:
+            signals.registration_waiting.send(sender=Registration, registration=registration)
     return registration
 
 

@@ -17,6 +17,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from nightjar_delivery import get_channel, publish_after_commit
+from tickets import signals
 from tickets.models import Evening, Registration, Seat
 from tickets.services.evening import capacity, locked_capacity, seats_taken
 from tickets.services.registrations import CHANNEL, NightjarError
@@ -55,6 +56,7 @@ def fill_free_seats(limit: int | None, *, actor: str, why: str) -> list[Registra
         transaction.on_commit(
             lambda registration=registration: publish_after_commit(get_channel(CHANNEL), registration)
         )
+    signals.seats_given.send(sender=Registration, registrations=promoted)
     return promoted
 
 
@@ -79,6 +81,7 @@ def cancel_registration(*, registration: Registration, actor: str, reason: str =
         current.save(update_fields=["seat", "cancelled"])
         detail = reason.strip() or ("Cancelled by the guest." if actor == GUEST_ACTOR else "Cancelled by staff.")
         record_staff_action(actor=actor, action="cancel", registration=current, detail=detail)
+        signals.registration_cancelled.send(sender=Registration, registration=current)
         promoted = fill_free_seats(limit, actor=actor, why=f"Given the seat {current.code} gave back.") if freed else []
     return Cancellation(registration=current, promoted=promoted)
 

@@ -3,7 +3,8 @@
 // Offline, judge by the list loaded while online (digests of the tickets'
 // secrets, and ticket numbers for typed ones) exactly as the server will, and
 // queue the scans; send them, in chunks the server accepts, until each one is
-// answered. A refused request (signed out, a stale token) is never taken for
+// answered: the scans of guests it let in first (another door online would
+// admit their tickets again), then the rest, within the server's scan limit. A refused request (signed out, a stale token) is never taken for
 // "offline": nothing is admitted on it.
 (function () {
   "use strict";
@@ -22,6 +23,7 @@
   const LIST = "nightjar-door-list";
   const DOOR_NAME = "nightjar-door-name";
   const CHUNK = Math.max(1, Math.min(50, Number(root.dataset.maxSync) || 50));
+  const PER_MINUTE = Number(root.dataset.scansPerMinute) || 0; // the server's scan limit (0: none)
   const ANSWER_SECONDS = 6; // then the screen is neutral again: a stale green never shows
   const TYPED = /^(?:([TtRr])-?)?([0-9]{1,9})$/;
   // Every answer with its timings (performance.now() ms), for the browser test.
@@ -73,12 +75,26 @@
     return n + " " + (n === 1 ? one : many);
   }
 
+  // The queue as it is sent: the admitted guests' scans first, each part in queue order.
+  function sendingOrder(queue) {
+    return queue.filter((scan) => scan.admitted).concat(queue.filter((scan) => !scan.admitted));
+  }
+
   function showWaiting() {
-    const waiting = load(QUEUE, []).length;
+    const queue = load(QUEUE, []);
+    const waiting = queue.length;
     const queued = waiting ? plural(waiting, "scan", "scans") + " waiting to be sent" : "";
     if (!signedOut && Date.now() < slowedUntil && waiting) {
+      // Past the server's limit: say that the guests let in went first, and why the rest wait.
+      const admitted = queue.filter((scan) => scan.admitted).length;
+      const limit = PER_MINUTE ? "the server's limit of " + PER_MINUTE + " scans a minute" : "the server's limit";
       status.className = "status";
-      status.textContent = "online — " + queued + ": the server asked to wait a minute";
+      status.textContent =
+        "online — " +
+        queued +
+        (admitted
+          ? ", " + admitted + " of them admitted guests' (sent first), within " + limit
+          : ": every admitted guest's scan is sent; the rest follow within " + limit);
       return;
     }
     if (signedOut) {
@@ -286,7 +302,7 @@
       while (!sentAll) {
         const queue = load(QUEUE, []);
         if (!queue.length) break;
-        const chunk = queue.slice(0, CHUNK).map(({ number, ...scan }) => scan);
+        const chunk = sendingOrder(queue).slice(0, CHUNK).map(({ number, ...scan }) => scan);
         const reply = await post(root.dataset.syncUrl, { scans: chunk });
         if (reply.status === 429) slowedUntil = Date.now() + 60000;
         if (refusedAsSignedOut(reply.status) || reply.status === 429 || reply.status >= 500) break;

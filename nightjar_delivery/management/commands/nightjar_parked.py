@@ -17,7 +17,7 @@ class Command(BaseCommand):
         actions.add_parser("collect", help="Move the dead-letter queue into the database: record, then ack.")
         for name, what in (("requeue", "Publish it again"), ("discard", "Give up on it")):
             action = actions.add_parser(name, help=f"{what}; leaves a trace.")
-            action.add_argument("code", help="The id `parked` lists, as the channel writes it.")
+            action.add_argument("code", help="The id `nightjar_parked` lists, as the channel writes it.")
 
     def handle(self, *args, **options):
         action = options["action"] or "list"

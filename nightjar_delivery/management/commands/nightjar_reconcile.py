@@ -32,7 +32,7 @@ class Command(BaseCommand):
             )
         collected = report.collected
         for code in collected.parked:
-            self.stdout.write(f"Parked {code}: its delivery failed until the delivery limit (see `parked`)")
+            self.stdout.write(f"Parked {code}: its delivery failed until the delivery limit (see `nightjar_parked`)")
         for code in collected.requeued:
             self.stdout.write(f"Requeued {code}: dead-lettered by interruptions alone, no failure recorded")
         for code in report.published[:SHOWN]:

@@ -1,3 +1,4 @@
+import argparse
 import gc
 import itertools
 import logging
@@ -47,15 +48,24 @@ class Command(BaseCommand):
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--drain", action="store_true", help="Repeat until nothing is ready, then print a count.")
         mode.add_argument("--serve", action="store_true", help="Consume until SIGTERM/SIGINT (service mode).")
-        parser.add_argument("--pause", choices=CHECKPOINTS, help="Stop at this checkpoint until Enter or Ctrl+C.")
+        # The crash-window switches of a site that teaches them (a channel with teaches_checkpoints);
+        # accepted everywhere (the tests kill workers at each checkpoint), shown only there.
+        taught = any(channel.teaches_checkpoints for channel in channels.all())
         parser.add_argument(
-            "--crash", choices=sorted(CRASHES), help="Exit abruptly: before (21) the write, after (22) the commit."
+            "--pause",
+            choices=CHECKPOINTS,
+            help="Stop at this checkpoint until Enter or Ctrl+C." if taught else argparse.SUPPRESS,
+        )
+        parser.add_argument(
+            "--crash",
+            choices=sorted(CRASHES),
+            help="Exit abruptly: before (21) the write, after (22) the commit." if taught else argparse.SUPPRESS,
         )
         parser.add_argument(
             "--handler",
             help=(
-                f"Dotted path or .py file of the handler (default: NIGHTJAR_HANDLER; in lab mode the learner's "
-                f"lab/handler.py once `lab start` made it; else the channel's own: {_default_handlers(getattr(self, 'argv', []))})."
+                "Dotted path or .py file of the handler (default: the channel's own: "
+                f"{_default_handlers(getattr(self, 'argv', []))})."
             ),
         )
         exits.add_channel_argument(parser)
@@ -156,10 +166,7 @@ class Command(BaseCommand):
             except transport.BrokerError:
                 problems = []  # unreachable: the worker reports it and reconnects
             if problems:
-                raise CommandError(
-                    f"Redis would lose acknowledged entries ({'; '.join(problems)}); see bin/redis-node.",
-                    returncode=exits.USAGE,
-                )
+                raise CommandError(transport.backend().durability_refusal(problems), returncode=exits.USAGE)
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)

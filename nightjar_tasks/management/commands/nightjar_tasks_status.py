@@ -26,13 +26,13 @@ class Command(BaseCommand):
             total = lambda name: sum(getattr(row, name) for row in rows)  # noqa: E731
             self.stdout.write(
                 f"Tasks: {total('enqueued')}  done: {total('done')}  failed: {total('failed')}  "
-                f"parked: {total('parked')} (see `parked --channel tasks`)  waiting: {total('waiting')}"
+                f"parked: {total('parked')} (see `nightjar_parked --channel tasks`)  waiting: {total('waiting')}"
             )
         lost = sum(row.lost for row in rows)
         if lost:
             self.stdout.write(
                 f"Lost publishes: {lost} task(s) due and READY for over {summary.GRACE_SECONDS} s without a publish "
-                "(the broker refused it, or no worker runs reconcile): `reconcile --channel tasks` publishes them."
+                "(the broker refused it, or no worker runs reconcile): `nightjar_reconcile --channel tasks` publishes them."
             )
         problems = summary.audit()
         if not problems:

@@ -1,0 +1,193 @@
+"""The sender: delivers the outbox's mails at least once, every attempt with
+the mail's own Message-ID.
+
+A pass claims the due mails in one short transaction (moving each one's
+next attempt a lease ahead and counting the attempt), then sends each one
+OUTSIDE any transaction, then records what the mail server said in a short
+transaction of its own:
+- accepted (250): sent. Recorded only after the server's acceptance, so the
+  one window for a second copy is a sender dying between the two (README,
+  "Mail"); the copy carries the same Message-ID.
+- a permanent refusal (5xx to the sender, the address or the message): failed
+  at once, with the server's own sentence.
+- anything temporary (4xx, refused connection, a timeout, a dropped line):
+  retrying, after a backoff that doubles, until NIGHTJAR_MAIL_ATTEMPTS; then failed.
+Every wait on the server has NIGHTJAR_SMTP_TIMEOUT. A mail that waits for its
+retry is behind every mail due before it, so one bad address or one slow
+server holds back nobody else's mail. A mail claimed by a sender that died
+comes back to every sender when its lease runs out: a committed mail is never
+forgotten. Without NIGHTJAR_SMTP_HOST the mails are written as .eml files to
+NIGHTJAR_MAIL_DIR instead (bin/run's default)."""
+
+import logging
+import os
+import smtplib
+import ssl
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from mail import conf, metrics
+from mail.compose import NothingToAttach, compose
+from mail.models import Mail, State
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 3600
+
+
+class Refused(Exception):
+    """The mail was not accepted; str() is the server's sentence (or what went wrong)."""
+
+    def __init__(self, sentence: str, *, permanent: bool) -> None:
+        super().__init__(sentence)
+        self.permanent = permanent
+
+
+@dataclass
+class Outcome:
+    mail: Mail
+    state: str
+    reply: str
+
+
+def claim_due(*, limit: int = 10) -> list[Mail]:
+    """Take up to `limit` due mails, soonest first, for this sender: one short
+    transaction moves each one's next attempt a lease ahead and counts the
+    attempt (so a mail that kills its sender is bounded too). On PostgreSQL
+    competing senders skip each other's rows; SQLite's immediate transactions
+    let one claim at a time."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = Mail.objects.filter(state__in=[State.WAITING, State.RETRYING], next_attempt__lte=now)
+        due = due.order_by("next_attempt", "id").select_related("registration")
+        if connection.vendor == "postgresql":
+            due = due.select_for_update(skip_locked=True, of=("self",))
+        mails = list(due[:limit])
+        if mails:
+            lease = now + timedelta(seconds=conf.NIGHTJAR_MAIL_LEASE_SECONDS)
+            Mail.objects.filter(pk__in=[mail.pk for mail in mails]).update(
+                next_attempt=lease, attempts=F("attempts") + 1
+            )
+    for mail in mails:
+        mail.attempts += 1
+    return mails
+
+
+def backoff(attempts: int) -> float:
+    """Seconds before the next try after `attempts` tries: doubling, at most an hour."""
+    return min(conf.NIGHTJAR_MAIL_RETRY_SECONDS * 2 ** max(0, attempts - 1), MAX_BACKOFF_SECONDS)
+
+
+def deliver(mail: Mail) -> Outcome:
+    """Send one claimed mail (outside any transaction) and record the outcome."""
+    try:
+        message = compose(mail).message()
+    except NothingToAttach as error:
+        return record(mail, Refused(str(error), permanent=True))
+    except Exception as error:  # a template or PDF that cannot be made: retried, bounded, logged
+        logger.exception("Could not compose mail %s", mail.pk)
+        return record(mail, Refused(f"Could not compose the mail: {type(error).__name__}: {error}", permanent=False))
+    try:
+        reply = transmit(mail, message.as_bytes(linesep="\r\n"))
+    except Refused as refusal:
+        return record(mail, refusal)
+    return record(mail, None, reply=reply)
+
+
+def record(mail: Mail, refusal: Refused | None, *, reply: str = "") -> Outcome:
+    """The outcome in one statement; a mail another sender already recorded sent stays sent."""
+    now = timezone.now()
+    if refusal is None:
+        state, changes = State.SENT, {"sent": now, "last_reply": reply[:1000]}
+    elif refusal.permanent or mail.attempts >= conf.NIGHTJAR_MAIL_ATTEMPTS:
+        state, reply = State.FAILED, str(refusal)
+        if not refusal.permanent:
+            reply = f"Gave up after {mail.attempts} attempts: {reply}"
+        changes = {"last_reply": reply[:1000]}
+    else:
+        state, reply = State.RETRYING, str(refusal)
+        changes = {"last_reply": reply[:1000], "next_attempt": now + timedelta(seconds=backoff(mail.attempts))}
+    Mail.objects.filter(pk=mail.pk).exclude(state=State.SENT).update(state=state, **changes)
+    metrics.count_attempt(mail.kind, state)
+    return Outcome(mail=mail, state=state, reply=reply)
+
+
+def transmit(mail: Mail, data: bytes) -> str:
+    """Hand one mail to the server (or write it as a file); the server's
+    acceptance sentence. Raises Refused."""
+    if not conf.NIGHTJAR_SMTP_HOST:
+        return write_file(mail, data)
+    return smtp_send(conf.NIGHTJAR_MAIL_FROM, mail.address, data)
+
+
+def write_file(mail: Mail, data: bytes) -> str:
+    """Without a mail server: one .eml file per mail (a second attempt
+    rewrites the same file), written whole or not at all."""
+    folder = Path(conf.NIGHTJAR_MAIL_DIR)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{mail.registration.code}-{mail.kind}-{mail.pk}.eml"
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    except OSError as error:
+        raise Refused(f"Could not write the mail to {folder}: {error}", permanent=False) from None
+    return f"Written to {path}"
+
+
+def sentence(code: int, text: bytes | str) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return f"{code} {' '.join(text.split())}".strip()
+
+
+def smtp_send(from_header: str, to: str, data: bytes) -> str:
+    """One connection per mail: connect, (STARTTLS, login), MAIL, RCPT, DATA.
+    A 5xx answer to MAIL, RCPT or DATA is permanent; every other failure is
+    temporary (a 5xx at connect or login is the server's or our setup's
+    fault, not the guest's address). Every wait has NIGHTJAR_SMTP_TIMEOUT."""
+    from email.utils import parseaddr
+
+    envelope_from = parseaddr(from_header)[1]
+    timeout = conf.NIGHTJAR_SMTP_TIMEOUT
+    host, port = conf.NIGHTJAR_SMTP_HOST, int(conf.NIGHTJAR_SMTP_PORT)
+    try:
+        if conf.NIGHTJAR_SMTP_SSL:
+            smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
+        else:
+            smtp = smtplib.SMTP(host, port, timeout=timeout)
+    except smtplib.SMTPConnectError as error:
+        raise Refused(sentence(error.smtp_code, error.smtp_error), permanent=False) from None
+    except (OSError, smtplib.SMTPException) as error:
+        raise Refused(f"No answer from {host}:{port}: {error or type(error).__name__}", permanent=False) from None
+    try:
+        smtp.ehlo_or_helo_if_needed()
+        if conf.NIGHTJAR_SMTP_TLS:
+            smtp.starttls(context=ssl.create_default_context())
+            smtp.ehlo()
+        if conf.NIGHTJAR_SMTP_USER:
+            smtp.login(conf.NIGHTJAR_SMTP_USER, conf.NIGHTJAR_SMTP_PASSWORD)
+        for command, args, accepted in (("mail", (envelope_from,), {250}), ("rcpt", (to,), {250, 251})):
+            code, text = getattr(smtp, command)(*args)
+            if code not in accepted:
+                raise Refused(sentence(code, text), permanent=code >= 500)
+        code, text = smtp.data(data)
+        if code != 250:
+            raise Refused(sentence(code, text), permanent=code >= 500)
+        return sentence(code, text)
+    except smtplib.SMTPResponseException as error:  # login, STARTTLS, or an answer smtplib itself refuses
+        raise Refused(sentence(error.smtp_code, error.smtp_error), permanent=False) from None
+    except (OSError, smtplib.SMTPException) as error:  # a timeout, a dropped line
+        raise Refused(
+            f"The mail server {host}:{port} broke off: {error or type(error).__name__}", permanent=False
+        ) from None
+    finally:
+        try:
+            smtp.quit()  # after the acceptance, a failing QUIT changes nothing
+        except (OSError, smtplib.SMTPException):
+            smtp.close()
