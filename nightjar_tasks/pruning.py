@@ -56,8 +56,8 @@ def prune_finished(
     while True:
         # The next window of ids by the primary key's index alone (a filter on status would
         # let the planner sort every old row per batch: a million rows, a quadratic crawl).
-        window = everything.filter(pk__gt=after) if after is not None else everything
-        window = list(window.values_list("pk", flat=True)[:batch_size])
+        page = everything.filter(pk__gt=after) if after is not None else everything
+        window = list(page.values_list("pk", flat=True)[:batch_size])
         if not window:
             return deleted
         after = window[-1]
