@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
+from nightjar_delivery import transport
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskRecord
 from tests import task_functions as tasks
@@ -57,7 +58,10 @@ def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, mode, w
 
     rerun = workers.run(*TASKS, *mode)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"Received task {result.id} redelivered=True" in rerun.stdout
+    if checkpoint == "after-commit" and transport.kind() == "database":
+        assert rerun.stdout.strip() == "No ready tasks"  # the ack (the row's DELETE) committed with the task
+    else:
+        assert f"Received task {result.id} redelivered=True" in rerun.stdout
     assert list(Group.objects.values_list("name", flat=True)) == ["once"]
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "once")
