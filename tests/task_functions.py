@@ -158,3 +158,18 @@ def slow_run(name: str, seconds: float, runs_file: str) -> str:
     Group.objects.create(name=name)
     time.sleep(seconds)
     return name
+
+
+@task
+@retry(time_limit=60)
+def run_noting_pid(name: str, seconds: float, runs_file: str) -> str:
+    """Notes "<name> <pid>" in runs_file (which process runs it: a test kills
+    that one), inserts <name>, then sleeps."""
+    import os
+    import time
+
+    with open(runs_file, "a") as runs:
+        runs.write(f"{name} {os.getpid()}\n")
+    Group.objects.create(name=name)
+    time.sleep(seconds)
+    return name
