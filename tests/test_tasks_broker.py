@@ -159,6 +159,8 @@ def test_a_serving_tasks_worker_retries_without_being_told_a_reconcile_period(wo
     failing.refresh()
     assert (failing.status, failing.attempts) == (TaskResultStatus.FAILED, 2)  # retried once, then out of attempts
     assert channels.get("tickets").serve_reconcile_every is None  # the lab's worker reconciles only when told
+
+
 @pytest.mark.parametrize("with_key", [True, False], ids=["with-the-key", "without"])
 def test_a_call_to_a_key_honouring_service_happens_once_when_its_worker_dies_after_it(workers, tmp_path, with_key):
     """The task calls the service, then its worker is killed -9 before the

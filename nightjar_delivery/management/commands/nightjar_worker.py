@@ -2,11 +2,12 @@ import argparse
 import gc
 import itertools
 import logging
+import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
 from nightjar_delivery import channel as channels
-from nightjar_delivery import exits, metrics, transport
+from nightjar_delivery import exits, metrics, supervisor, transport
 from nightjar_delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
 from nightjar_delivery.worker import Worker
 
@@ -118,6 +119,12 @@ class Command(BaseCommand):
             help="With --metrics-port: the address to listen on (default 127.0.0.1; 0.0.0.0 for a scraper elsewhere).",
         )
         parser.add_argument(
+            "--processes",
+            type=int,
+            metavar="N",
+            help="With --serve: run N worker processes, each restarted if it dies, all stopped on SIGTERM.",
+        )
+        parser.add_argument(
             "--older-than",
             type=float,
             default=60,
@@ -177,6 +184,13 @@ class Command(BaseCommand):
                 problems = []  # unreachable: the worker reports it and reconnects
             if problems:
                 raise CommandError(transport.backend().durability_refusal(problems), returncode=exits.USAGE)
+        if options["processes"] is not None:
+            if refused := supervisor.refusal(options):
+                raise CommandError(refused, returncode=exits.USAGE)
+            supervisor.supervise(
+                argv=getattr(self, "argv", sys.argv), processes=options["processes"], stdout=self.stdout
+            )
+            return
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)
