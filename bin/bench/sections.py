@@ -339,7 +339,14 @@ def bench_raw(n: int) -> None:
 
 
 def nightjar_rate(n: int, processes: int, *args: str, env: dict[str, str] | None = None, root: Path = ROOT) -> float:
-    prepare(n)
+    return nightjar_rate_on(n, prepare, processes, *args, env=env, root=root)
+
+
+def nightjar_rate_on(
+    n: int, prepared, processes: int = 1, *args: str, env: dict[str, str] | None = None, root: Path = ROOT
+) -> float:
+    """The worker's rate on n deliveries that prepared(n) puts in its queue."""
+    prepared(n)
     procs = start_workers(processes, *args, env=env, root=root)
     try:
         wait_for_tickets(n, procs)

@@ -145,7 +145,8 @@ class Worker:
             if batch and len(work) > 1:
                 logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
                 return self.each_alone(work)
-            started = self.settler.forget_started(started)  # a failure, not a death
+            self.settler.forget_started(started)  # a failure, not a death
+            started = None  # (nothing left for the finally to forget)
             self.connections.suspect()
             return self.settler.fail(work[0], error)  # recorded; parked at the limit, else to hand back
         finally:
@@ -197,8 +198,8 @@ class Worker:
                 # The handler does not say whether it made the outcome. A first delivery almost always
                 # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
                 # may not, so for those the channel says (made_since: one query, for redeliveries only).
-                made = not delivery.redelivered or self.report.made_since(key, since)
-                self.report.measure(started, handled=1, made=[stored[key][1]] if made else [])
+                made_now = not delivery.redelivered or self.report.made_since(key, since)
+                self.report.measure(started, handled=1, made=[stored[key][1]] if made_now else [])
                 self.say("Handler returned.")
 
     def each_alone(self, work: list[transport.Delivery]) -> list[tuple[transport.Delivery, Exception]]:
@@ -220,7 +221,12 @@ class Worker:
     def connect(self) -> None:
         self.receiver.connect()
         if self.pause is not None:
-            self.pause.keepalive = lambda seconds: (self.report.beat(), self.receiver.keepalive(seconds))
+
+            def keepalive(seconds: float) -> None:  # paused at a checkpoint: still reported, still connected
+                self.report.beat()
+                self.receiver.keepalive(seconds)
+
+            self.pause.keepalive = keepalive
 
     def close(self) -> None:
         self.receiver.close()
