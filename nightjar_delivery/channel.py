@@ -87,6 +87,10 @@ class Channel(abc.ABC):
     # whose retries wait for reconcile to publish them (the tasks') must not depend on a flag.
     serve_reconcile_every: float | None = None
     refusal: type[DomainError] = DomainError  # what the channel's refusals are (a subclass of DomainError)
+    # True: its handler has an effect outside the database (a mail, another service's API). The worker
+    # refuses batch mode for it: a failed batch is retried one delivery at a time, which would repeat
+    # the effects its neighbours already had. Each delivery alone: one failure repeats only its own.
+    effects_outside_database = False
 
     @property
     def queue(self) -> str:

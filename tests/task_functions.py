@@ -262,3 +262,44 @@ def always_fails(name: str) -> str:
     """Not a task by itself: a test makes it one with the options it tries (@task(max_attempts=...))."""
     Group.objects.create(name=name)  # rolled back with the failure
     raise RuntimeError(f"{name} always fails")
+
+
+@task(takes_context=True)
+def charge_then_die_once(context, url: str, marker: str, with_key: bool) -> int:
+    """Calls another service (with the task's idempotency key, or none), then
+    its worker is SIGKILLed before the commit, once (marker: a file that says
+    it happened); the redelivery calls again and writes its row."""
+    import json
+    import os
+    import signal
+    import urllib.request
+    from pathlib import Path
+
+    from nightjar_tasks import idempotency_key
+
+    headers = {"Content-Type": "application/json"}
+    if with_key:
+        headers["Idempotency-Key"] = idempotency_key(context, "charge")
+    request = urllib.request.Request(url, data=json.dumps({"amount": 5}).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        effect = json.loads(response.read())["effect"]
+    if not Path(marker).exists():
+        Path(marker).write_text("killed after the call")
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker dies between the call and its commit
+    Group.objects.create(name=f"charged-{context.task_result.id}")
+    return effect
+
+
+@task
+@retry(time_limit=60)
+def run_noting_pid(name: str, seconds: float, runs_file: str) -> str:
+    """Notes "<name> <pid>" in runs_file (which process runs it: a test kills
+    that one), inserts <name>, then sleeps."""
+    import os
+    import time
+
+    with open(runs_file, "a") as runs:
+        runs.write(f"{name} {os.getpid()}\n")
+    Group.objects.create(name=name)
+    time.sleep(seconds)
+    return name
