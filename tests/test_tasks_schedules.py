@@ -106,4 +106,5 @@ def test_two_schedulers_running_at_once_make_one_task_per_slot(worker_env, setti
     assert both[1].returncode == 0, said
     keys = list(TaskRecord.objects.values_list("enqueue_key", flat=True))
     assert len(keys) >= 5 and len(set(keys)) == len(keys)  # every slot once
-    assert sum(text.count("Enqueued") for text in said) == len(keys)  # and each by one of the two
+    # Each new by one of the two (the killed one may have died between its commit and its line).
+    assert len(keys) - 1 <= sum(text.count("Enqueued") for text in said) <= len(keys)
