@@ -11,9 +11,10 @@ from django.urls import reverse
 from mail import sender
 from mail.models import Kind, Mail, State
 from tests.test_seats import drain
-from tickets.models import Registration, Ticket
+from tickets.models import Registration
 from tickets.services import seats
 from tickets.services.registrations import register_guest
+from tickets.services.tickets import issue_ticket
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
 
@@ -55,7 +56,7 @@ def test_a_rolled_back_fact_leaves_no_mail():
     Mail.objects.all().delete()
     with pytest.raises(RuntimeError), transaction.atomic():
         seats.cancel_registration(registration=seated, actor=STAFF)
-        Ticket.objects.issue(registration_id=seated.pk, name=seated.name)
+        issue_ticket(registration_id=seated.pk, name=seated.name)
         assert Mail.objects.count() == 3  # cancelled, seat, ticket: stored with the facts...
         raise RuntimeError("the fact's transaction fails")
     assert Mail.objects.count() == 0  # ...and gone with them

@@ -13,6 +13,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
+from nightjar_delivery import channel as channels
+from nightjar_delivery import transport
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskRecord
 from tests import task_functions as tasks
@@ -57,7 +59,10 @@ def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, mode, w
 
     rerun = workers.run(*TASKS, *mode)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"Received task {result.id} redelivered=True" in rerun.stdout
+    if checkpoint == "after-commit" and transport.kind() == "database":
+        assert rerun.stdout.strip() == "No ready tasks"  # the ack (the row's DELETE) committed with the task
+    else:
+        assert f"Received task {result.id} redelivered=True" in rerun.stdout
     assert list(Group.objects.values_list("name", flat=True)) == ["once"]
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "once")
@@ -134,6 +139,26 @@ def test_run_after_waits_until_due(workers, worker_env):
     assert workers.run(*TASKS).returncode == 0
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_a_serving_tasks_worker_retries_without_being_told_a_reconcile_period(workers):
+    """Issue 51: a retry waits READY for reconcile to publish it when due, so
+    a tasks worker started with --serve and no --reconcile-every never
+    retried anything. The tasks' channels give --serve a reconcile period of
+    their own (5 s); the tickets' (the lab's) has none, its output unchanged."""
+    failing = tasks.insert_when_fixed.enqueue("retried")  # max_attempts 2, backoff 0
+    worker = workers.start(*TASKS, "--serve")
+    worker.wait_for(f"Received task {failing.id} redelivered=False")
+    worker.wait_for("Handler returned.")
+    worker.wait_for("Reconcile republished 1", timeout=30)  # the retry, published by the worker's own pass
+    worker.wait_for(f"Received task {failing.id} redelivered=False")
+    worker.wait_for("Handler returned.")
+    worker.signal(signal.SIGTERM)
+    status, output = worker.finish()
+    assert status == 0, output
+    failing.refresh()
+    assert (failing.status, failing.attempts) == (TaskResultStatus.FAILED, 2)  # retried once, then out of attempts
+    assert channels.get("tickets").serve_reconcile_every is None  # the lab's worker reconciles only when told
 
 
 @pytest.mark.parametrize("with_key", [True, False], ids=["with-the-key", "without"])

@@ -72,6 +72,14 @@ def _tasks_limit(sections, options: Options) -> None:
         sections.on_postgres(["tasks-limit"], options.quick)
 
 
+def _dbqueue(sections, options: Options) -> None:
+    from bench import dbqueue
+
+    dbqueue.bench_dbqueue(1000 if options.quick else 5000, options.quick)
+    if sections.connection.vendor == "sqlite":  # then the same on PostgreSQL, in the same run
+        sections.on_postgres(["dbqueue"], options.quick)
+
+
 # In the order they run (whatever the order of --only).
 SECTIONS: dict[str, Section] = {
     "raw": Section(lambda s, o: s.bench_raw(o.n), "a minimal pika + sqlite3 consumer: per delivery, and batches of 50"),
@@ -126,6 +134,13 @@ SECTIONS: dict[str, Section] = {
         "(acks_late, prefork 2), procrastinate 3.10 (PostgreSQL only) and the raw ceiling, in\n"
         "pairs; tasks/s and µs per enqueue\n"
         "(only with --only tasks: not in the default run)",
+        default=False,
+    ),
+    "dbqueue": Section(
+        _dbqueue,
+        "the database transport (db://default), SQLite then PostgreSQL: a raw SKIP LOCKED loop (sqlite3,\n"
+        "psycopg) against Nightjar's worker on it, per delivery; an idle consumer's pick-up latency\n"
+        "(only with --only dbqueue)",
         default=False,
     ),
     "tasks-limit": Section(

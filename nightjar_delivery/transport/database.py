@@ -211,11 +211,14 @@ class Consumer:
         self._last_rescue = 0.0
         self._poll = POLL_FIRST
         now = NOW[self.vendor]
-        pick = "ORDER BY id LIMIT %s" + (" FOR UPDATE SKIP LOCKED" if self.vendor == "postgresql" else "")
+        # PostgreSQL: the ids in an ARRAY(), evaluated once (an IN over a LIMIT subquery may be re-run).
+        pick, among = "ORDER BY id LIMIT %s", "IN ({})"
+        if self.vendor == "postgresql":
+            pick, among = pick + " FOR UPDATE SKIP LOCKED", "= ANY(ARRAY({}))"
+        ready = f"SELECT id FROM {TABLE} WHERE queue = %s AND (lease_until IS NULL OR lease_until < {now}) {pick}"
         self._claim_sql = (
             f"UPDATE {TABLE} SET claimed_by = %s, holder = %s, lease_until = {now} + %s, deliveries = deliveries + %s"
-            f" WHERE id IN (SELECT id FROM {TABLE} WHERE queue = %s AND (lease_until IS NULL OR lease_until < {now})"
-            f" {pick}) RETURNING id, body, message_id, deliveries"
+            f" WHERE id {among.format(ready)} RETURNING id, body, message_id, deliveries"
         )
         self._ready_sql = (
             f"SELECT 1 FROM {TABLE} WHERE queue = %s AND (lease_until IS NULL OR lease_until < {now}) LIMIT 1"
@@ -298,11 +301,13 @@ class Consumer:
 
     def _dead_letter(self, tag: int, times: int) -> None:
         self._run(
-            f"UPDATE {TABLE} SET queue = %s, claimed_by = '', holder = NULL, lease_until = NULL WHERE id = %s",
+            # Its count: the times it was handed out (not this take, which handed out nothing).
+            f"UPDATE {TABLE} SET queue = %s, claimed_by = '', holder = NULL, lease_until = NULL,"
+            " deliveries = deliveries - 1 WHERE id = %s",
             [self.dead, tag],
             rows=False,
         )
-        logger.warning("Message %s was delivered %d times; moved to %s", tag, times, self.dead)
+        logger.warning("Message %s was delivered %d times; moved to %s", tag, times - 1, self.dead)
 
     def _rescue(self) -> None:
         """Make the rows of holders that are gone ready again (their count stays)."""
