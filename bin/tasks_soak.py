@@ -18,6 +18,7 @@ with more than one), stuck (results not SUCCESSFUL).
                          figures are printed (how many stay RUNNING), they fail nothing
     --backend both       both, one after the other with the same seed, and the two side by side
     --transport redis    Redis Streams instead of RabbitMQ (Nightjar's backend)
+    --transport database the database transport (db://default): no broker, the queue is the database's rows
     DATABASE_URL         a PostgreSQL database to use instead of a fresh SQLite file (emptied first)
 """
 
@@ -54,7 +55,7 @@ class TasksSoak:
         self.args = args
         self.backend = backend
         self.broker = "redis" if args.transport == "redis" else "rabbitmq"
-        self.uses_broker = backend == "nightjar"
+        self.uses_broker = backend == "nightjar" and args.transport != "database"
         self.folder = Path(tempfile.mkdtemp(prefix=f"nightjar-tasks-soak-{backend}-"))
         self.broker_port = free_port(rabbitmq=self.broker == "rabbitmq")
         self.env = {
@@ -66,6 +67,8 @@ class TasksSoak:
             "NIGHTJAR_CLAIM_IDLE_SECONDS": "2",
             "PYTHONUNBUFFERED": "1",
         }
+        if backend == "nightjar" and args.transport == "database":
+            self.env["NIGHTJAR_BROKER_URL"] = "db://default"
         self.workers: list[subprocess.Popen | None] = [None] * args.workers
         self.logs: list[Path] = []
         self.kills = self.broker_restarts = 0
@@ -164,7 +167,7 @@ class TasksSoak:
                     last, unchanged = statuses, 0
                 # --older-than 2: with 0 one reconcile call republishes the rows it has just published, pass
                 # after pass (each pass finds them due again), until its 300 s budget.
-                if self.uses_broker and rounds % 5 == 0:
+                if self.backend == "nightjar" and rounds % 5 == 0:
                     republished = self.manage(
                         "nightjar_reconcile", "--channel", "tasks", "--older-than", "2", check=False
                     ).stdout.strip()
@@ -240,7 +243,7 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--backend", choices=["nightjar", "db", "both"], default="nightjar")
-    parser.add_argument("--transport", choices=["amqp", "redis"], default="amqp")
+    parser.add_argument("--transport", choices=["amqp", "redis", "database"], default="amqp")
     parser.add_argument("--max-seconds", type=float, default=600, help="Give up after this long (default 600).")
     parser.add_argument(
         "--min-chaos-seconds", type=float, default=20, help="Keep killing workers at least this long (default 20)."

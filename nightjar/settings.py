@@ -276,6 +276,8 @@ NIGHTJAR_WORKER_REPORT_SECONDS = envfloat("NIGHTJAR_WORKER_REPORT_SECONDS", 5.0)
 NIGHTJAR_WORKER_GONE_SECONDS = envfloat("NIGHTJAR_WORKER_GONE_SECONDS", 30.0, minimum=1)
 # A worker starting deletes the rows of workers not seen for this many days (0: keep them all).
 NIGHTJAR_WORKER_REPORT_DAYS = envfloat("NIGHTJAR_WORKER_REPORT_DAYS", 7.0)
+# `worker --processes N` on SIGTERM: its children are killed if still running after this (under the units' 330 s).
+NIGHTJAR_WORKER_STOP_SECONDS = envfloat("NIGHTJAR_WORKER_STOP_SECONDS", 320.0, minimum=0)
 # /metrics answers staff (logged in) and `Authorization: Bearer <token>`; empty: staff only.
 NIGHTJAR_METRICS_TOKEN = os.environ.get("NIGHTJAR_METRICS_TOKEN", "")
 

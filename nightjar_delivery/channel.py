@@ -83,7 +83,14 @@ class Channel(abc.ABC):
     outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
     handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
     teaches_checkpoints = False  # True: `worker --help` shows the crash-window switches (--pause, --crash)
+    # `worker --serve`'s reconcile period without --reconcile-every (None: no reconcile): a channel
+    # whose retries wait for reconcile to publish them (the tasks') must not depend on a flag.
+    serve_reconcile_every: float | None = None
     refusal: type[DomainError] = DomainError  # what the channel's refusals are (a subclass of DomainError)
+    # True: its handler has an effect outside the database (a mail, another service's API). The worker
+    # refuses batch mode for it: a failed batch is retried one delivery at a time, which would repeat
+    # the effects its neighbours already had. Each delivery alone: one failure repeats only its own.
+    effects_outside_database = False
 
     @property
     def queue(self) -> str:
@@ -253,6 +260,12 @@ class Channel(abc.ABC):
             self.staff_action_model._default_manager.create(
                 actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
             )
+
+    def on_park(self, intent, *, reason: str, deaths: int) -> None:  # noqa: B027 (a hook: nothing by default)
+        """This intent is being parked (recording.park, inside its
+        transaction): reason, as the parked record says it; deaths, how many
+        of its failed attempts were its worker dying on it. E.g. a task
+        made FAILED saying so. By default nothing."""
 
     def on_requeue(self, intent) -> None:  # noqa: B027 (a hook: nothing by default)
         """Staff requeued this parked intent: make it deliverable again, inside

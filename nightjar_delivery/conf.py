@@ -23,6 +23,9 @@ DEFAULTS = {
     # many days unseen a starting worker deletes another's row (0: never).
     "NIGHTJAR_WORKER_REPORT_SECONDS": 5.0,
     "NIGHTJAR_WORKER_REPORT_DAYS": 7.0,
+    # `nightjar_worker --processes N` on SIGTERM: how long its children may take to
+    # finish their deliveries before they are killed (under deploy/*.service's TimeoutStopSec=330).
+    "NIGHTJAR_WORKER_STOP_SECONDS": 320.0,
     "NIGHTJAR_METRICS_TOKEN": "",
     # RabbitMQ's management API (queue counts, replicas); "" when not asked.
     "RABBITMQ_MANAGEMENT_URL": "",

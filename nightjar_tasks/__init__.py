@@ -76,6 +76,23 @@ def cancel(task, /, *, actor: str = "code", reason: str = ""):
     return cancel_task(task_id=task_id_of(task), actor=actor, reason=reason)
 
 
+def idempotency_key(context, purpose: str = "", /) -> str:
+    """A key for a call to another service that honours one (an HTTP
+    `Idempotency-Key` header, a payment API's key): the same on every attempt,
+    retry and redelivery of this task, different for every task (a task
+    given by enqueue_once's repeat is the same task: the same key). purpose
+    tells apart several calls of one task. The task takes its context:
+
+        @task(takes_context=True)
+        def charge(context, order_id):
+            requests.post(URL, json=..., headers={"Idempotency-Key": idempotency_key(context, "charge")})
+
+    With a service that keeps the key, the call's effect happens once however
+    often the task runs; without one it happens once per attempt (docs/tasks.md)."""
+    key = f"nightjar-task-{context.task_result.id}"
+    return f"{key}-{purpose}" if purpose else key
+
+
 def __getattr__(name: str):
     if name == "CannotCancel":  # (imported when asked: the models need the app registry)
         from nightjar_tasks.cancelling import CannotCancel

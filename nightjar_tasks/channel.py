@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from nightjar_delivery import Channel, ContractError, DomainError, HandlerError, register, transport
-from nightjar_tasks import conf, messages, publishing, runner
+from nightjar_tasks import attempts, conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
     TaskCompletion,
@@ -51,6 +51,7 @@ class TasksChannel(Channel):
     worker_report_model = TaskWorkerReport
     staff_action_model = TaskStaffAction
     intents = "tasks"
+    serve_reconcile_every = 5.0  # a retry waits READY until reconcile publishes it: never without one
     outcome = "result"
 
     def __init__(self, queue_name: str = "default") -> None:
@@ -130,6 +131,11 @@ class TasksChannel(Channel):
     def refuse_republish(self, intent, what: str) -> None:
         if TaskCompletion.objects.filter(task_id=intent.pk).exists():
             raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
+
+    def on_park(self, intent, *, reason: str, deaths: int) -> None:
+        """Parked by the engine (its worker died on it until the delivery
+        limit, or a dead letter): FAILED, saying so (attempts.fail_parked)."""
+        attempts.fail_parked(intent, reason=reason, deaths=deaths)
 
     def on_requeue(self, intent) -> None:
         """Staff requeued the parked task: back to the workers, READY, with a

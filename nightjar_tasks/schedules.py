@@ -171,14 +171,14 @@ class Schedule:
     def latest(self, now: datetime) -> datetime:
         if self.cron:
             return self.cron.latest(now)
-        assert self.every is not None  # a schedule has a cron rule or a period
+        assert self.every is not None  # (from_setting: exactly one of the two)
         seconds = now.timestamp() // self.every * self.every
         return datetime.fromtimestamp(seconds, UTC)
 
     def following(self, now: datetime) -> datetime:
         if self.cron:
             return self.cron.following(now)
-        assert self.every is not None  # a schedule has a cron rule or a period
+        assert self.every is not None
         return self.latest(now) + timedelta(seconds=self.every)
 
     @property

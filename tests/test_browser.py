@@ -156,3 +156,39 @@ def test_a_waiting_guest_watches_their_page_turn_into_a_ticket_after_another_gue
         assert axe_violations(page) == []
     waiting = Registration.objects.get(name="Wren Waiting")
     assert waiting.seat == "confirmed" and waiting.tickets.count() == 1
+
+
+def test_a_guest_gives_an_address_and_their_page_says_the_mail_went_out(site, workers, worker_env, smtp, monkeypatch):
+    """The form's optional address (a wrong one refused as Django refuses it),
+    the worker's ticket, the sender's mail at a real SMTP server, and the
+    guest's page saying it went out; axe-core at 0 at a phone's 390×844."""
+    import subprocess
+    import sys
+
+    from tests.test_door_browser import axe_violations
+
+    with chromium(monkeypatch) as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.goto(site + "/evening/")
+        page.get_by_label("Guest name").fill("Ines Inbox")
+        page.get_by_label("E-mail (optional)").fill("ines@example")
+        page.get_by_role("button", name="Register for the evening").click()
+        expect(page.get_by_text("Please enter an e-mail address such as guest@example.org")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "mail-1-wrong-address.png")
+        assert axe_violations(page) == [] and not Registration.objects.exists()
+        page.get_by_label("E-mail (optional)").fill("ines@example.org")
+        page.get_by_role("button", name="Register for the evening").click()
+        registration = Registration.objects.get(name="Ines Inbox")
+        expect(page.get_by_text("Mail for this registration goes to ines@example.org.")).to_be_visible()
+        assert workers.run().returncode == 0
+        env = {**worker_env, "NIGHTJAR_SMTP_HOST": smtp.host, "NIGHTJAR_SMTP_PORT": str(smtp.port)}
+        sent = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "send_mail"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "1 sent" in sent.stdout, sent.stdout + sent.stderr
+        page.reload()
+        expect(page.get_by_text("Your ticket: sent")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "mail-2-sent.png")
+        assert axe_violations(page) == []
+    [received] = smtp.to("ines@example.org")
+    assert received.message["Subject"] == f"Your ticket for the evening ({registration.code})"

@@ -254,6 +254,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
         ("nightjar-worker@.service", "nightjar-worker@1.service"),
         ("nightjar-tasks-worker@.service", "nightjar-tasks-worker@1.service"),
         ("nightjar-mail.service", "nightjar-mail.service"),
+        ("nightjar-tasks-scheduler.service", "nightjar-tasks-scheduler.service"),
     ):
         text = (ROOT / "deploy" / name).read_text()
         assert "/srv/nightjar" in text
@@ -268,6 +269,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     tasks_worker = (ROOT / "deploy" / "nightjar-tasks-worker@.service").read_text()
     assert "manage.py worker --channel tasks --serve" in tasks_worker and "\nRestart=always\n" in tasks_worker
     assert "manage.py send_mail --serve" in (ROOT / "deploy" / "nightjar-mail.service").read_text()
+    assert "manage.py nightjar_scheduler\n" in (ROOT / "deploy" / "nightjar-tasks-scheduler.service").read_text()
 
 
 @pytest.mark.system

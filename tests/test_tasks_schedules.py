@@ -120,3 +120,13 @@ def test_the_schedules_page_needs_the_permission_to_view_tasks(client):
 
     client.force_login(User.objects.create_user("clerk", password="x", is_staff=True))
     assert client.get("/admin/nightjar_tasks/taskrecord/schedules/").status_code == 403
+
+
+@pytest.mark.fast
+@pytest.mark.django_db(transaction=True)
+@override_settings(NIGHTJAR_TASKS_SCHEDULE=HOURLY)
+def test_the_desk_names_each_schedule_and_its_next_slot(staff):
+    page = staff.get("/admin/tickets/registration/delivery-status/").content.decode()
+    following = schedules.all_schedules()[0].following(datetime.now(UTC))
+    assert "<h2>Schedules</h2>" in page
+    assert f"hourly-add</a> (tests.task_functions.add, every 3600 s): next {following:%Y-%m-%d %H:%M} UTC" in page

@@ -43,7 +43,7 @@ from typing import cast
 import redis
 import redis.exceptions
 
-from nightjar_delivery import conf
+from nightjar_delivery import conf, supervisor
 from nightjar_delivery.transport import (
     Backoff,
     BrokerError,
@@ -156,8 +156,9 @@ publisher = Publisher()
 
 
 def consumer_name() -> str:
-    """Stable across restarts, so a restarted worker finds what it held."""
-    return conf.NIGHTJAR_CONSUMER_NAME or socket.gethostname()
+    """Stable across restarts, so a restarted worker finds what it held (each
+    child of `nightjar_worker --processes N` adds its slot: one name per child)."""
+    return (conf.NIGHTJAR_CONSUMER_NAME or socket.gethostname()) + supervisor.child_suffix()
 
 
 class Consumer:

@@ -2,11 +2,12 @@ import argparse
 import gc
 import itertools
 import logging
+import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
 from nightjar_delivery import channel as channels
-from nightjar_delivery import exits, metrics, transport
+from nightjar_delivery import exits, metrics, supervisor, transport
 from nightjar_delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
 from nightjar_delivery.worker import Worker
 
@@ -92,7 +93,10 @@ class Command(BaseCommand):
             "--reconcile-every",
             type=float,
             metavar="SECONDS",
-            help="In --serve, republish the channel's intents whose publish was lost, this often (as reconcile does).",
+            help=(
+                "In --serve, republish the channel's intents whose publish was lost, this often (as reconcile does);"
+                " default: the channel's own (the tasks': 5, for their retries), else none; 0: none."
+            ),
         )
         parser.add_argument(
             "--limit", type=int, default=100, help="With --reconcile-every: per reconcile pass (default 100)."
@@ -113,6 +117,12 @@ class Command(BaseCommand):
             default="127.0.0.1",
             metavar="ADDRESS",
             help="With --metrics-port: the address to listen on (default 127.0.0.1; 0.0.0.0 for a scraper elsewhere).",
+        )
+        parser.add_argument(
+            "--processes",
+            type=int,
+            metavar="N",
+            help="With --serve: run N worker processes, each restarted if it dies, all stopped on SIGTERM.",
         )
         parser.add_argument(
             "--older-than",
@@ -152,6 +162,13 @@ class Command(BaseCommand):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
         channel = exits.select_channel(options["channel"])
+        if options["batch"] and channel.effects_outside_database:
+            raise CommandError(
+                f"The {channel.name} channel's handler has effects outside the database (effects_outside_database), "
+                "so it runs one delivery at a time: a failed batch is retried delivery by delivery, which would "
+                "repeat what its neighbours already did. Run it without --batch.",
+                returncode=exits.USAGE,
+            )
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
             handler = channel.load_handler(options["handler"] or channel.default_handler())
@@ -167,6 +184,13 @@ class Command(BaseCommand):
                 problems = []  # unreachable: the worker reports it and reconnects
             if problems:
                 raise CommandError(transport.backend().durability_refusal(problems), returncode=exits.USAGE)
+        if options["processes"] is not None:
+            if refused := supervisor.refusal(options):
+                raise CommandError(refused, returncode=exits.USAGE)
+            supervisor.supervise(
+                argv=getattr(self, "argv", sys.argv), processes=options["processes"], stdout=self.stdout
+            )
+            return
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)
@@ -175,7 +199,11 @@ class Command(BaseCommand):
             pause=pause,
             stdout=self.stdout,
             prefetch=self.prefetch(options),
-            reconcile_every=options["reconcile_every"],
+            reconcile_every=(
+                options["reconcile_every"]
+                if options["reconcile_every"] is not None or not options["serve"]
+                else channel.serve_reconcile_every
+            ),
             reconcile_options={"limit": options["limit"], "older_than": options["older_than"]},
             batch=options["batch"],
             batch_ms=options["batch_ms"],
