@@ -5,8 +5,11 @@ into a fresh `django-admin startproject` whose settings get docs/tasks.md's bloc
 pasted as written; then check, migrate, a task enqueued inside atomic(), the
 worker run, and the result read SUCCESSFUL from another process — on Django
 5.2 with the backport (Python 3.11) and on Django 6.1 with django.tasks
-(Python 3.12, the image's pyenv build; none found fails)."""
+(Python 3.12, the image's pyenv build; none found fails). And with no
+broker extra at all: the "No broker needed" block (the database transport,
+db://default) on SQLite, Django 5.2."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -126,10 +129,52 @@ print(result.status, result.return_value, Visit.objects.count())
 def test_a_stranger_installs_the_wheel_and_runs_a_task_once(wheel, rabbit, tmp_path, django, extras):
     python = sys.executable if django == "5.2" else pythons.python312()
     assert python, "No Python 3.12 or newer found for Django 6.1 (pyenv's versions, python3.12, or PYTHON312)."
+    run = _stranger(tmp_path, python, f"{wheel}[{extras}]", django)
+    _run_a_task(
+        run,
+        "# Pasted from docs/tasks.md, as written:\n"
+        + tasks_settings_block()
+        + "\n# This project's own:\n"
+        + 'INSTALLED_APPS += ["shop"]\n'
+        + f"NIGHTJAR_BROKER_URL = {rabbit.url!r}\n"
+        + f'NIGHTJAR_TASKS_QUEUE = "wheel-{django}"\n',
+    )
+
+
+def test_a_stranger_with_no_broker_runs_a_task_on_the_database_transport(wheel, tmp_path):
+    """docs/tasks.md's "No broker needed" block as written: its `pip install`
+    line's extras (no broker's), its settings pasted into a fresh startproject
+    on SQLite, nothing else running; no pika, no redis-py in the venv."""
+    pip_line, block = no_broker_block()
+    extras = re.search(r"django-nightjar\[([^\]]*)\]", pip_line).group(1)
+    assert not {"rabbitmq", "redis"} & set(extras.split(",")), pip_line
+    assert 'NIGHTJAR_BROKER_URL = "db://default"' in block
+    run = _stranger(tmp_path, sys.executable, f"{wheel}[{extras}]", "5.2")
+    absent = run("python", "-c", "import importlib.util as u; print([m for m in ('pika', 'redis') if u.find_spec(m)])")
+    assert absent.strip() == "[]"
+    _run_a_task(
+        run, "# Pasted from docs/tasks.md's No broker needed, as written:\n" + block + 'INSTALLED_APPS += ["shop"]\n'
+    )
+
+
+def no_broker_block() -> tuple[str, str]:
+    """The indented block under docs/tasks.md's "No broker needed" heading: its
+    `pip install` line (on Django 5.2), and the settings lines after it."""
+    page = (ROOT / "docs" / "tasks.md").read_text()
+    section = page.split("## No broker needed", 1)[1].split("\n## ", 1)[0]
+    block = textwrap.dedent(re.search(r"\n\n((?:    .*\n|\n)+)", section).group(1))
+    pip_line, settings = block.split("\n", 1)
+    assert pip_line.startswith("pip install "), block
+    return pip_line, settings.strip("\n") + "\n"
+
+
+def _stranger(tmp_path: Path, python: str, requirement: str, django: str):
+    """A fresh venv with `requirement` installed and a fresh startproject with
+    TASK_APP beside it; returns a runner in the project's folder."""
     venv = tmp_path / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, f"{wheel}[{extras}]", f"Django=={django}.*"], check=True, timeout=600)
+    subprocess.run([*pip, requirement, f"Django=={django}.*"], check=True, timeout=600)
 
     project = tmp_path / "project"
     project.mkdir()
@@ -140,17 +185,15 @@ def test_a_stranger_installs_the_wheel_and_runs_a_task_once(wheel, rabbit, tmp_p
     for name, text in TASK_APP.items():
         (project / name).parent.mkdir(exist_ok=True)
         (project / name).write_text(textwrap.dedent(text))
-    settings = project / "mysite" / "settings.py"
-    settings.write_text(
-        settings.read_text()
-        + "\n# Pasted from docs/tasks.md, as written:\n"
-        + tasks_settings_block()
-        + "\n# This project's own:\n"
-        + 'INSTALLED_APPS += ["shop"]\n'
-        + f"NIGHTJAR_BROKER_URL = {rabbit.url!r}\n"
-        + f'NIGHTJAR_TASKS_QUEUE = "wheel-{django}"\n'
-    )
+    return run
 
+
+def _run_a_task(run, pasted: str) -> None:
+    """`pasted` appended to the project's settings; check, migrate, a task
+    enqueued inside atomic(), the worker run to an empty queue, the result
+    read SUCCESSFUL from another process."""
+    settings = run.cwd / "mysite" / "settings.py"
+    settings.write_text(settings.read_text() + "\n" + pasted)
     run("python", "manage.py", "makemigrations", "shop")
     assert "System check identified no issues" in run("python", "manage.py", "check")
     run("python", "manage.py", "migrate")
@@ -169,4 +212,5 @@ def _runner(cwd: Path, env: dict[str, str]):
         assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
+    run.cwd = cwd
     return run
