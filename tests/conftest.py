@@ -17,7 +17,10 @@ Across the tiers, `postgres` marks a test whose promise rests on what the
 database does (transactions, locks, rollbacks, stored bytes): bin/test's
 PostgreSQL leg runs those and the fast tier; `amqp_only` one that proves
 what only RabbitMQ has, `transport_free` one whose promise is not the
-broker's (the door, the site's start-up): both left out of the Redis leg.
+broker's (the door, the site's start-up): both left out of the Redis leg;
+`broker_service` one that stops or freezes the broker as a service of its own
+(`rabbit.down()`, `rabbit.frozen()`): with `amqp_only`, no meaning on the
+database transport (there the queue is the database), which fails both.
 
 A node that cannot start is a failure, never a skip: every guarantee Nightjar
 makes is proven against the real broker — the in-memory transport proves none.
@@ -161,6 +164,14 @@ def pytest_runtest_setup(item):
     bin/test deselects them by marker (-m "not amqp_only")."""
     if TRANSPORT == "redis" and item.get_closest_marker("amqp_only"):
         pytest.fail("A RabbitMQ-only test in a Redis run: deselect it with -m 'not amqp_only'.", pytrace=False)
+    if TRANSPORT == "database" and (
+        marker := item.get_closest_marker("amqp_only") or item.get_closest_marker("broker_service")
+    ):
+        pytest.fail(
+            f"A {marker.name} test on the database transport (no broker to stop or to publish to):"
+            " deselect it with -m 'not amqp_only and not broker_service'.",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -182,6 +182,7 @@ def test_delivery_status_page_counts_rows_and_the_queue(staff):
         assert '<th scope="row">Stream length</th><td>1 entries' in page
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 def test_delivery_status_page_says_when_rabbitmq_is_unreachable(staff, rabbit):
     with rabbit.down():

@@ -70,6 +70,7 @@ def test_a_tampered_submission_key_shows_an_error_and_stores_nothing(client, key
     assert not Registration.objects.exists()
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 def test_rabbitmq_stopped_during_registration_still_stores_it(client, rabbit, caplog):
     with rabbit.down():

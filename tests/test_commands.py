@@ -102,6 +102,7 @@ def test_retry_refuses_an_unknown_registration():
     assert refused.value.returncode == 1
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 def test_retry_says_so_when_rabbitmq_is_down(rabbit):
     registration = Registration.objects.create(name="Down Guest")
@@ -151,6 +152,7 @@ def test_status_shows_each_state_totals_and_queue_depth(workers):
     assert isinstance(shown["workers"], list)
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 def test_status_reports_an_unreachable_broker_instead_of_failing(rabbit):
     with rabbit.down():

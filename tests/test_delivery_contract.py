@@ -72,6 +72,7 @@ def test_a_redelivered_poison_body_is_recorded_once():
     assert RejectedMessage.objects.count() == 1
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 def test_registrations_made_while_rabbitmq_is_down_are_reconciled(client, rabbit, workers):
     with rabbit.down():

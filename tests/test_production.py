@@ -82,6 +82,7 @@ def test_healthz_is_200_when_database_and_rabbitmq_answer(client, settings):
     assert response.json() == {"status": "ok", "database": "ok", transport.name().lower(): "ok"}
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 @pytest.mark.django_db
 def test_healthz_is_503_without_rabbitmq_and_leaks_nothing(client, rabbit, settings):
@@ -93,6 +94,7 @@ def test_healthz_is_503_without_rabbitmq_and_leaks_nothing(client, rabbit, setti
     assert b"amqp" not in response.content and b"guest" not in response.content
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 @pytest.mark.django_db
 def test_liveness_stays_200_while_readiness_reports_the_broker_down(client, rabbit, settings):
@@ -106,6 +108,7 @@ def test_liveness_stays_200_while_readiness_reports_the_broker_down(client, rabb
     assert live["Cache-Control"] == ready["Cache-Control"] == "no-store"
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_touches_its_health_file_while_its_loop_runs_and_not_when_it_hangs(workers, tmp_path, rabbit):

@@ -102,6 +102,7 @@ def test_a_cancellation_while_the_ticket_is_being_made_leaves_a_void_ticket_and_
     assert "Void: 1 cancelled registrations hold a ticket" in capsys.readouterr().out
 
 
+@pytest.mark.broker_service
 def test_a_cancel_while_the_broker_is_down_keeps_the_promotion_and_reconcile_publishes_it(rabbit, workers):
     seats.set_capacity(capacity=1, actor=STAFF)
     first, second = register_guest(name="Leaving Guest"), register_guest(name="Waiting Guest")

@@ -35,6 +35,7 @@ def assert_registration_page(status: int, page: str) -> None:
     assert "Your ticket is being prepared" in page
 
 
+@pytest.mark.broker_service
 @pytest.mark.system
 def test_posts_on_an_open_connection_and_on_a_new_one_answer_fast_when_rabbitmq_is_frozen(site, rabbit, workers):
     guest = Guest(site)
@@ -60,6 +61,7 @@ def test_posts_on_an_open_connection_and_on_a_new_one_answer_fast_when_rabbitmq_
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())
 
 
+@pytest.mark.broker_service
 @pytest.mark.system
 def test_a_new_gunicorn_process_that_must_connect_to_a_frozen_broker_answers_fast(site, rabbit):
     # A fresh web process has no connection yet: its first publish must connect.
@@ -89,6 +91,7 @@ def test_posts_during_a_memory_alarm_answer_fast_and_are_published_after_it(site
     assert all(r.tickets.count() == 1 for r in Registration.objects.all())
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, workers):
     worker = workers.start("--serve")
@@ -102,6 +105,7 @@ def test_the_service_worker_reconnects_after_a_freeze_and_goes_on(rabbit, worker
     assert worker.proc.poll() is None
 
 
+@pytest.mark.broker_service
 @pytest.mark.broker
 @pytest.mark.parametrize(
     ("command", "message", "status"),

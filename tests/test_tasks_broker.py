@@ -90,6 +90,7 @@ def test_rolled_back_enqueue_runs_nothing_and_get_result_from_another_process(wo
     assert read.stdout.split() == ["SUCCESSFUL", "5"], read.stderr
 
 
+@pytest.mark.broker_service
 @pytest.mark.parametrize("broker", ["down", "frozen"])
 def test_enqueue_with_the_broker_stopped_runs_after_it_returns(broker, rabbit, workers, worker_env):
     with getattr(rabbit, broker)():
