@@ -20,6 +20,11 @@ exactly N tickets. Exit status 0 only then.
     --cancellations 40         guests cancel 40 random registrations through their pages while it runs;
                                then audit must pass, confirmed = capacity (or fewer if the list ran out),
                                and every confirmed guest has exactly one ticket (none made after a cancel)
+    --mail                     every guest gives an address; two mail senders run (SIGKILLed at random
+                               too), the SMTP server (aiosmtpd, in this process) refuses a tenth of the
+                               mails for now (451) and is stopped and started again once. Counted at the
+                               server: each fact's mail arrived, no mail without its fact, and every
+                               duplicate has one Message-ID and a sender kill between its two copies
 """
 
 import argparse
@@ -42,6 +47,7 @@ PYTHON = sys.executable
 
 from devtools import chaos, netns  # noqa: E402
 from devtools.guest import Guest  # noqa: E402
+from devtools.mailserver import MailServer  # noqa: E402
 from devtools.ports import free_cluster_port, free_port  # noqa: E402
 from devtools.web import start_gunicorn  # noqa: E402
 
@@ -105,6 +111,24 @@ class Soak:
         self.cancel_statuses: dict[int | str, int] = {}
         self.lock = threading.Lock()
         self.stop_chaos = threading.Event()
+        # --mail: the SMTP server, the senders and when each was killed.
+        self.smtp = MailServer() if args.mail else None
+        self.senders: list[subprocess.Popen | None] = [None, None] if args.mail else []
+        self.sender_kills: list[float] = []
+        self.mail_killer: threading.Thread | None = None
+        self.smtp_restarts = 0
+        if self.smtp:
+            self.smtp.rules.temporary = 0.1
+            self.env.update(
+                NIGHTJAR_SMTP_HOST=self.smtp.host,
+                NIGHTJAR_SMTP_PORT=str(self.smtp.port),
+                NIGHTJAR_SITE_URL=f"http://127.0.0.1:{self.web_port}",
+                # Quick retries, a short lease (longer than ten waits), attempts enough to outlast the faults.
+                NIGHTJAR_SMTP_TIMEOUT="0.5",
+                NIGHTJAR_MAIL_LEASE_SECONDS="6",
+                NIGHTJAR_MAIL_RETRY_SECONDS="0.2",
+                NIGHTJAR_MAIL_ATTEMPTS="100",
+            )
 
     def say(self, line: str) -> None:
         print(f"[{time.monotonic() - self.started:7.1f}s] {line}", flush=True)
@@ -189,6 +213,32 @@ class Soak:
         """SIGKILL a random worker every 0.3-1 s and start a new one in its place."""
         chaos.kill_at_random(self.workers, self.killed, stop=self.stop_chaos, seed=self.args.seed)
 
+    def start_sender(self, index: int) -> None:
+        log = self.folder / f"sender-{index}-{len(self.sender_kills)}.log"
+        command = [PYTHON, str(ROOT / "manage.py"), "send_mail", "--serve", "--poll", "0.2"]
+        self.senders[index] = chaos.start_logged(command, env=self.env, log=log)
+
+    def sender_killed(self, index: int) -> None:
+        self.sender_kills.append(time.monotonic())
+        self.start_sender(index)
+
+    def mail_chaos(self) -> None:
+        """SIGKILL a random mail sender every 0.3-1 s, as the workers."""
+        seed = None if self.args.seed is None else self.args.seed + 1
+        chaos.kill_at_random(self.senders, self.sender_killed, stop=self.stop_chaos, seed=seed)
+
+    def outbox(self) -> dict:
+        """The outbox and the facts, read as data: each mail (Message-ID, kind,
+        registration, state) and each registration (seat, promoted, tickets)."""
+        script = (
+            "import json; from mail.models import Mail; from tickets.models import Registration; "
+            "from django.db.models import Count; "
+            "print(json.dumps({'mails': list(Mail.objects.values_list('message_id', 'kind', 'registration_id', 'state')), "
+            "'registrations': list(Registration.objects.annotate(n=Count('tickets')).values_list("
+            "'pk', 'seat', 'promoted', 'n', 'email'))}, default=str))"
+        )
+        return json.loads(self.manage("shell", "-c", script).stdout.strip().splitlines()[-1])
+
     def killed(self, index: int) -> None:
         self.kills += 1
         self.start_worker(index)
@@ -208,7 +258,8 @@ class Soak:
                 time.sleep(interval)
             status: int | str
             try:
-                status, _, _ = guest.register(name, timeout=30, headers={"Referer": base})
+                email = f"{name.lower().replace(' ', '.')}@example.org" if self.smtp else ""
+                status, _, _ = guest.register(name, timeout=30, headers={"Referer": base}, email=email)
                 if status != 302 or not guest.location.startswith("/registrations/R-"):
                     status = f"{status} without a registration"
                 else:
@@ -227,6 +278,9 @@ class Soak:
         base = f"http://127.0.0.1:{self.web_port}"
         rng = random.Random(self.args.seed)
         chosen: set[str] = set()
+        # With mail, once the evening is full: a freed seat then goes to a waiting guest ("a seat is yours").
+        while self.smtp and self.posted < self.args.capacity and not self.stop_chaos.wait(0.1):
+            pass
         while len(chosen) < self.args.cancellations and not self.stop_chaos.is_set():
             time.sleep(rng.uniform(0.05, 0.3))
             with self.lock:
@@ -243,6 +297,74 @@ class Soak:
                 status = type(error).__name__
             with self.lock:
                 self.cancel_statuses[status] = self.cancel_statuses.get(status, 0) + 1
+
+    def settle_mail(self, deadline: float) -> dict:
+        """Chaos over (the workers' and the senders'), the refusals stop: the
+        senders send what is left. The outbox once nothing is waiting or retrying."""
+        self.smtp.rules.temporary = 0
+        while True:
+            outbox = self.outbox()
+            unsent = [mail for mail in outbox["mails"] if mail[3] in ("waiting", "retrying")]
+            if not unsent or time.monotonic() > deadline:
+                return outbox
+            self.say(f"{len(unsent)} mails not sent yet")
+            time.sleep(1)
+
+    def report_mail(self, outbox: dict) -> bool:
+        """Counted at the SMTP server against the facts in the database."""
+        rows = {message_id: (kind, pk, state) for message_id, kind, pk, state in outbox["mails"]}
+        per = {}  # (registration, kind) -> rows
+        for kind, pk, _state in rows.values():
+            per[pk, kind] = per.get((pk, kind), 0) + 1
+        wrong = []
+        for pk, seat, promoted, tickets, email in outbox["registrations"]:
+            expected = {
+                "ticket": tickets,  # one per ticket issued (a confirmed guest: one; audit says so)
+                "seat": 1 if promoted else 0,
+                "waiting": 1 if promoted or seat == "waiting" else None,  # None: waited or not (cancelled)
+                "cancelled": 1 if seat == "cancelled" else 0,
+            }
+            for kind, count in expected.items():
+                if count is not None and per.get((pk, kind), 0) != count:
+                    wrong.append(f"registration {pk}: {per.get((pk, kind), 0)} {kind} mails, expected {count}")
+            if not email:
+                wrong.append(f"registration {pk} has no address")
+        received: dict[str, list] = {}
+        for mail in self.smtp.received:
+            received.setdefault(mail.message_id, []).append(mail)
+        strangers = set(received) - set(rows)
+        never = [mid for mid in rows if mid not in received]
+        unsent = [mid for mid, (_kind, _pk, state) in rows.items() if state != "sent"]
+        duplicates = sum(len(copies) - 1 for copies in received.values())
+        # A duplicate comes from the named window: the server took it, the sender died before recording it.
+        explained = sum(
+            1
+            for copies in received.values()
+            for first, second in zip(copies, copies[1:], strict=False)
+            if any(first.at <= kill <= second.at for kill in self.sender_kills)
+        )
+        print()
+        print("Mail")
+        print(f"  mails stored (facts):  {len(rows)} ({self.kinds(rows)})")
+        print(f"  mails received:        {len(self.smtp.received)}, distinct Message-IDs {len(received)}")
+        print(
+            f"  never received:        {len(never)}, not recorded sent: {len(unsent)}, unknown Message-IDs: {len(strangers)}"
+        )
+        print(f"  duplicates:            {duplicates} (after a sender kill between the copies: {explained})")
+        print(
+            f"  sender kills:          {len(self.sender_kills)} (SIGKILL); SMTP server restarts: {self.smtp_restarts}"
+        )
+        print(f"  temporary refusals:    {self.smtp.refused} (451, injected)")
+        for line in wrong[:10]:
+            print(f"  WRONG: {line}")
+        return not wrong and not strangers and not never and not unsent and explained == duplicates
+
+    @staticmethod
+    def kinds(rows: dict) -> str:
+        counts: dict[str, int] = {}
+        for kind, _pk, _state in rows.values():
+            counts[kind] = counts.get(kind, 0) + 1
+        return ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items()))
 
     def totals(self) -> dict[str, int]:
         """status's totals, read as data (`status --json`), not from its human lines."""
@@ -287,6 +409,12 @@ class Soak:
                 self.start_worker(index)
             killer = threading.Thread(target=self.chaos, daemon=True)
             killer.start()
+            if self.smtp:
+                self.smtp.start()
+                for index in range(len(self.senders)):
+                    self.start_sender(index)
+                self.mail_killer = threading.Thread(target=self.mail_chaos, daemon=True)
+                self.mail_killer.start()
             chaos_started = time.monotonic()
 
             names = [f"Chaos Guest {i % 97}" for i in range(n)]  # repeated names: still one ticket each
@@ -310,6 +438,12 @@ class Soak:
                 self.broker_restarts += 1
             if self.network:
                 self.partition()
+            if self.smtp:
+                self.say(f"{self.posted} posted; stopping the SMTP server for 2 s")
+                self.smtp.stop()
+                time.sleep(2)
+                self.smtp.start()
+                self.smtp_restarts += 1
             for client in clients:
                 client.join(max(1, deadline - time.monotonic()))
             chaos_left = max(3.0, self.args.min_chaos_seconds - (time.monotonic() - chaos_started))
@@ -333,12 +467,17 @@ class Soak:
                 time.sleep(1)
             audit = self.manage("audit", "--pending-older-than", "0", check=False)
             totals = self.totals()
+            outbox = self.settle_mail(deadline) if self.smtp else None
         finally:
             self.stop_chaos.set()
-            for proc in [*self.workers, gunicorn]:
+            if self.mail_killer:  # it may be starting a sender in a slot: let it finish, then stop them all
+                self.mail_killer.join(30)
+            if self.smtp:
+                self.smtp.stop()
+            for proc in [*self.workers, *self.senders, gunicorn]:
                 if proc is not None and proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
-            for proc in [*self.workers, gunicorn]:
+            for proc in [*self.workers, *self.senders, gunicorn]:
                 if proc is not None:
                     try:
                         proc.wait(timeout=30)
@@ -362,6 +501,8 @@ class Soak:
             and totals["issued"] == confirmed  # one ticket and its key each (audit: no duplicates)
             and (self.args.cancellations or totals["tickets"] == n)
         )
+        mail_ok = self.report_mail(outbox) if self.smtp else True
+        ok = ok and mail_ok
         print()
         print("Chaos soak summary")
         print(f"  registrations posted: {self.posted} (HTTP results: {self.statuses})")
@@ -424,6 +565,7 @@ def main() -> int:
     parser.add_argument(
         "--cancellations", type=int, default=0, help="Guests cancel this many random registrations (default none)."
     )
+    parser.add_argument("--mail", action="store_true", help="Guests give addresses; mail senders and an SMTP server.")
     parser.add_argument("--seed", type=int, default=None, help="Seed for the choice of victims and delays.")
     parser.add_argument("--keep", action="store_true", help="Keep the folder with logs and database.")
     args = parser.parse_args()

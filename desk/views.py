@@ -17,9 +17,9 @@ from desk import charts
 from door.services import arrivals
 from mail.models import Kind
 from mail.outbox import mail_activity, outbox_counts
-from nightjar_delivery import describe_replicas, transport
+from nightjar_delivery import actor, describe_replicas, transport
+from nightjar_tasks import schedules as tasks_schedules
 from nightjar_tasks import summary as tasks_summary
-from tickets.admin import actor
 from tickets.models import Registration
 from tickets.services import seats
 from tickets.services.activity import activity
@@ -63,11 +63,23 @@ def dashboard(request):
         "mail": desk_mail() if request.user.has_perm("mail.view_mail") else None,
         # Django tasks on Nightjar's backend, per task path (none: no block).
         "tasks": tasks_summary.by_task_path(),
+        "schedules": desk_schedules(),
     }
     context["read_at"] = context["charts"][0]["read_at"]
     # admin_view already says no-store: every read is fresh.
     template = "admin/tickets/desk_body.html" if request.GET.get("fragment") else "admin/tickets/delivery_status.html"
     return TemplateResponse(request, template, context)
+
+
+def desk_schedules() -> list[tuple]:
+    """NIGHTJAR_TASKS_SCHEDULE's schedules and their next slots (none, or
+    one that cannot run: no block; check nightjar_tasks.E010 says why)."""
+    try:
+        found = tasks_schedules.all_schedules()
+    except ValueError:
+        return []
+    now = timezone.now()
+    return [(schedule, schedule.following(now)) for schedule in found]
 
 
 def reconcile_now(request):

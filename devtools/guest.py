@@ -48,7 +48,9 @@ class Guest:
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
 
-    def register(self, name: str, timeout: float = 60, headers: dict[str, str] | None = None) -> tuple[int, str, float]:
+    def register(
+        self, name: str, timeout: float = 60, headers: dict[str, str] | None = None, email: str = ""
+    ) -> tuple[int, str, float]:
         """POST the form (and follow the redirect, unless told not to): status,
         page, seconds the POST took. A form that does not come (a 503) is that
         status, with no POST."""
@@ -56,6 +58,8 @@ class Guest:
         if status != 200:
             return status, form, 0.0
         fields = {"csrfmiddlewaretoken": csrf_token(form), "submission_key": submission_key(form), "name": name}
+        if email:
+            fields["email"] = email
         started = time.monotonic()
         request = urllib.request.Request(
             self.url + "/evening/", data=urllib.parse.urlencode(fields).encode(), headers=headers or {}

@@ -7,7 +7,9 @@ data has arrived (before it answers: a test kills the sender there)."""
 import asyncio
 import email
 import email.policy
+import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ class Received:
     sender: str
     recipients: list[str]
     data: bytes
+    at: float = 0.0  # time.monotonic() when it was accepted
 
     @property
     def message(self) -> email.message.EmailMessage:
@@ -36,9 +39,13 @@ class Rules:
     """How the server answers now. rcpt: address -> an answer such as
     "550 5.1.1 No such user" (for every RCPT when the key is "*");
     data_answer: the answer to DATA instead of 250; delay: seconds before
-    each answer to DATA; on_data: called with what arrived, before answering."""
+    each answer to DATA; on_data: called with what arrived, before answering;
+    temporary: this share of RCPTs (0-1, drawn at random) answered 451."""
 
     rcpt: dict[str, str] = field(default_factory=dict)
+    step_delay: float = 0.0  # seconds before answering each of EHLO, MAIL, RCPT and DATA
+    temporary: float = 0.0
+    dice: random.Random = field(default_factory=random.Random)
     data_answer: str = ""
     delay: float = 0.0
     on_data: Callable[["Received"], None] | None = None
@@ -48,21 +55,38 @@ class _Handler:
     def __init__(self, server: "MailServer") -> None:
         self.server = server
 
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        await asyncio.sleep(self.server.rules.step_delay)
+        session.host_name = hostname
+        return responses
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        await asyncio.sleep(self.server.rules.step_delay)
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         rules = self.server.rules
+        await asyncio.sleep(rules.step_delay)
         answer = rules.rcpt.get(address) or rules.rcpt.get("*")
         if answer:
             return answer
+        if rules.temporary and rules.dice.random() < rules.temporary:
+            self.server.refused += 1
+            return "451 4.3.0 Temporary refusal (injected), try again later"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         rules = self.server.rules
-        if rules.delay:
-            await asyncio.sleep(rules.delay)
+        if rules.delay or rules.step_delay:
+            await asyncio.sleep(rules.delay or rules.step_delay)
         if rules.data_answer:
             return rules.data_answer
-        received = Received(envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.original_content))
+        received = Received(
+            envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.original_content), at=time.monotonic()
+        )
         with self.server.lock:
             self.server.received.append(received)
         if rules.on_data:
@@ -78,6 +102,7 @@ class MailServer:
         self.port = port or free_port()
         self.rules = Rules()
         self.received: list[Received] = []
+        self.refused = 0  # temporary refusals injected
         self.lock = threading.Lock()
         self._controller: Controller | None = None
 

@@ -32,18 +32,16 @@ def mail_goes_somewhere(app_configs, **kwargs):
     return problems
 
 
-# The waits of one attempt (connect, EHLO, STARTTLS, EHLO, login, MAIL, RCPT, DATA's two, QUIT).
-WAITS_PER_ATTEMPT = 10
-
-
 @checks.register(checks.Tags.compatibility)
 def lease_outlasts_an_attempt(app_configs, **kwargs):
-    longest, lease = WAITS_PER_ATTEMPT * conf.NIGHTJAR_SMTP_TIMEOUT, conf.NIGHTJAR_MAIL_LEASE_SECONDS
+    from mail.sender import ATTEMPT_WAITS, longest_attempt
+
+    longest, lease = longest_attempt(), conf.NIGHTJAR_MAIL_LEASE_SECONDS
     if lease <= longest:
         return [
             checks.Warning(
                 f"NIGHTJAR_MAIL_LEASE_SECONDS ({lease:g}) is not longer than one attempt "
-                f"can take ({WAITS_PER_ATTEMPT} waits of NIGHTJAR_SMTP_TIMEOUT, {longest:g} s): a second sender "
+                f"can take ({ATTEMPT_WAITS + 1} times NIGHTJAR_SMTP_TIMEOUT, {longest:g} s): a second sender "
                 "could send a slow mail again while the first is still sending it.",
                 hint=f"Set NIGHTJAR_MAIL_LEASE_SECONDS above {longest:g}.",
                 id="mail.W003",

@@ -1,18 +1,19 @@
 """The sender: delivers the outbox's mails at least once, every attempt with
 the mail's own Message-ID.
 
-A pass claims the due mails in one short transaction (moving each one's
-next attempt a lease ahead and counting the attempt), then sends each one
-OUTSIDE any transaction, then records what the mail server said in a short
-transaction of its own:
+The loop claims a due mail in one short transaction (moving its next
+attempt a lease ahead and counting the attempt), sends it OUTSIDE any
+transaction, then records what the mail server said in a short transaction
+of its own:
 - accepted (250): sent. Recorded only after the server's acceptance, so the
-  one window for a second copy is a sender dying between the two (README,
-  "Mail"); the copy carries the same Message-ID.
+  one window for a second copy is a sender dying (or its database failing)
+  between the two (README, "Mail to guests"); the copy carries the same Message-ID.
 - a permanent refusal (5xx to the sender, the address or the message): failed
   at once, with the server's own sentence.
 - anything temporary (4xx, refused connection, a timeout, a dropped line):
   retrying, after a backoff that doubles, until NIGHTJAR_MAIL_ATTEMPTS; then failed.
-Every wait on the server has NIGHTJAR_SMTP_TIMEOUT. A mail that waits for its
+Every wait on the server has NIGHTJAR_SMTP_TIMEOUT, one mail's whole
+conversation ATTEMPT_WAITS of them. A mail that waits for its
 retry is behind every mail due before it, so one bad address or one slow
 server holds back nobody else's mail. A mail claimed by a sender that died
 comes back to every sender when its lease runs out: a committed mail is never
@@ -23,6 +24,7 @@ import logging
 import os
 import smtplib
 import ssl
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +40,14 @@ from mail.models import Mail, State
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 3600
+# One attempt's whole conversation (connect to the answer to DATA) may take this many
+# NIGHTJAR_SMTP_TIMEOUTs, however the server spreads its answers; QUIT one more.
+ATTEMPT_WAITS = 3
+
+
+def longest_attempt() -> float:
+    """Seconds one attempt can take at most (a claim's lease must be longer: mail.W003)."""
+    return (ATTEMPT_WAITS + 1) * conf.NIGHTJAR_SMTP_TIMEOUT
 
 
 class Refused(Exception):
@@ -64,6 +74,14 @@ def claim_due(*, limit: int = 10) -> list[Mail]:
     now = timezone.now()
     with transaction.atomic():
         due = Mail.objects.filter(state__in=[State.WAITING, State.RETRYING], next_attempt__lte=now)
+        # Out of attempts yet due again: every sender that claimed it stopped before recording (a mail
+        # that kills its sender, or a run of bad luck). Failed, so it cannot take every sender down forever.
+        attempts = conf.NIGHTJAR_MAIL_ATTEMPTS
+        due.filter(attempts__gte=attempts).update(
+            state=State.FAILED,
+            last_reply=f"Gave up after {attempts} attempts: the sender stopped during each, before it could record it.",
+        )
+        due = due.filter(attempts__lt=attempts)
         due = due.order_by("next_attempt", "id").select_related("registration")
         if connection.vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, of=("self",))
@@ -96,6 +114,9 @@ def deliver(mail: Mail) -> Outcome:
         reply = transmit(mail, message.as_bytes(linesep="\r\n"))
     except Refused as refusal:
         return record(mail, refusal)
+    except Exception as error:  # a bug or an address smtplib cannot write: this mail's failure alone
+        logger.exception("Could not send mail %s", mail.pk)
+        return record(mail, Refused(f"Could not send the mail: {type(error).__name__}: {error}", permanent=False))
     return record(mail, None, reply=reply)
 
 
@@ -122,7 +143,19 @@ def transmit(mail: Mail, data: bytes) -> str:
     acceptance sentence. Raises Refused."""
     if not conf.NIGHTJAR_SMTP_HOST:
         return write_file(mail, data)
-    return smtp_send(conf.NIGHTJAR_MAIL_FROM, mail.address, data)
+    return smtp_send(conf.NIGHTJAR_MAIL_FROM, envelope_address(mail.address), data)
+
+
+def envelope_address(address: str) -> str:
+    """The address as SMTP's envelope carries it: an internationalised domain
+    (Django's EmailField lets one through) in its ASCII form (IDNA), as
+    Django's own mail does."""
+    local, _, domain = address.rpartition("@")
+    try:
+        domain.encode("ascii")
+    except UnicodeEncodeError:
+        domain = domain.encode("idna").decode("ascii")
+    return f"{local}@{domain}"
 
 
 def write_file(mail: Mail, data: bytes) -> str:
@@ -150,12 +183,27 @@ def smtp_send(from_header: str, to: str, data: bytes) -> str:
     """One connection per mail: connect, (STARTTLS, login), MAIL, RCPT, DATA.
     A 5xx answer to MAIL, RCPT or DATA is permanent; every other failure is
     temporary (a 5xx at connect or login is the server's or our setup's
-    fault, not the guest's address). Every wait has NIGHTJAR_SMTP_TIMEOUT."""
+    fault, not the guest's address). Every wait has NIGHTJAR_SMTP_TIMEOUT,
+    and the whole conversation ATTEMPT_WAITS of them: a server that answers
+    each line just in time still lets go of the sender."""
     from email.utils import parseaddr
 
-    envelope_from = parseaddr(from_header)[1]
+    envelope_from = envelope_address(parseaddr(from_header)[1])
     timeout = conf.NIGHTJAR_SMTP_TIMEOUT
     host, port = conf.NIGHTJAR_SMTP_HOST, int(conf.NIGHTJAR_SMTP_PORT)
+    deadline = time.monotonic() + ATTEMPT_WAITS * timeout
+    too_long = f"The mail server {host}:{port} took longer than {ATTEMPT_WAITS * timeout:g} s for one mail"
+    cut = False  # the step's wait was shortened to the attempt's deadline
+
+    def in_time() -> None:
+        """Before each step: its wait is at most what is left of the attempt's time."""
+        nonlocal cut
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refused(too_long, permanent=False)
+        cut = left < timeout
+        smtp.sock.settimeout(min(timeout, left))
+
     try:
         if conf.NIGHTJAR_SMTP_SSL:
             smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=ssl.create_default_context())
@@ -166,28 +214,41 @@ def smtp_send(from_header: str, to: str, data: bytes) -> str:
     except (OSError, smtplib.SMTPException) as error:
         raise Refused(f"No answer from {host}:{port}: {error or type(error).__name__}", permanent=False) from None
     try:
+        in_time()
         smtp.ehlo_or_helo_if_needed()
         if conf.NIGHTJAR_SMTP_TLS:
+            in_time()
             smtp.starttls(context=ssl.create_default_context())
+            in_time()
             smtp.ehlo()
         if conf.NIGHTJAR_SMTP_USER:
+            in_time()
             smtp.login(conf.NIGHTJAR_SMTP_USER, conf.NIGHTJAR_SMTP_PASSWORD)
         for command, args, accepted in (("mail", (envelope_from,), {250}), ("rcpt", (to,), {250, 251})):
+            in_time()
             code, text = getattr(smtp, command)(*args)
             if code not in accepted:
                 raise Refused(sentence(code, text), permanent=code >= 500)
-        code, text = smtp.data(data)
+        try:
+            in_time()
+            code, text = smtp.data(data)
+        except smtplib.SMTPDataError as error:  # DATA itself refused (no 354): the message's answer too
+            code, text = error.smtp_code, error.smtp_error
         if code != 250:
             raise Refused(sentence(code, text), permanent=code >= 500)
         return sentence(code, text)
     except smtplib.SMTPResponseException as error:  # login, STARTTLS, or an answer smtplib itself refuses
         raise Refused(sentence(error.smtp_code, error.smtp_error), permanent=False) from None
     except (OSError, smtplib.SMTPException) as error:  # a timeout, a dropped line
+        if cut and time.monotonic() >= deadline:
+            raise Refused(too_long, permanent=False) from None
         raise Refused(
             f"The mail server {host}:{port} broke off: {error or type(error).__name__}", permanent=False
         ) from None
     finally:
         try:
+            if smtp.sock is not None:
+                smtp.sock.settimeout(timeout)
             smtp.quit()  # after the acceptance, a failing QUIT changes nothing
         except (OSError, smtplib.SMTPException):
             smtp.close()

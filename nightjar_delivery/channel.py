@@ -41,7 +41,6 @@ is named by an integer key. A message is the user's checked form of a body
 """
 
 import abc
-import getpass
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -51,7 +50,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import conf, transport
+from nightjar_delivery import actors, conf, transport
 from nightjar_delivery.transport import Delivery
 
 if TYPE_CHECKING:
@@ -83,7 +82,14 @@ class Channel(abc.ABC):
     outcome = "outcome"  # what a done intent has (e.g. "result"), in the commands' lines
     handler_help = ""  # what `worker --handler` says the default is ("": default_handler())
     teaches_checkpoints = False  # True: `worker --help` shows the crash-window switches (--pause, --crash)
+    # `worker --serve`'s reconcile period without --reconcile-every (None: no reconcile): a channel
+    # whose retries wait for reconcile to publish them (the tasks') must not depend on a flag.
+    serve_reconcile_every: float | None = None
     refusal: type[DomainError] = DomainError  # what the channel's refusals are (a subclass of DomainError)
+    # True: its handler has an effect outside the database (a mail, another service's API). The worker
+    # refuses batch mode for it: a failed batch is retried one delivery at a time, which would repeat
+    # the effects its neighbours already had. Each delivery alone: one failure repeats only its own.
+    effects_outside_database = False
 
     @property
     def queue(self) -> str:
@@ -266,6 +272,12 @@ class Channel(abc.ABC):
                 actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
             )
 
+    def on_park(self, intent, *, reason: str, deaths: int) -> None:  # noqa: B027 (a hook: nothing by default)
+        """This intent is being parked (recording.park, inside its
+        transaction): reason, as the parked record says it; deaths, how many
+        of its failed attempts were its worker dying on it. E.g. a task
+        made FAILED saying so. By default nothing."""
+
     def on_requeue(self, intent) -> None:  # noqa: B027 (a hook: nothing by default)
         """Staff requeued this parked intent: make it deliverable again, inside
         requeue_parked's transaction, before it is published after the commit
@@ -274,25 +286,27 @@ class Channel(abc.ABC):
         record is resolved."""
 
     def actor(self, command: str) -> str:
-        """Who a command-line staff action is recorded as."""
-        try:
-            return f"{getpass.getuser()} (manage.py {command})"[:150]
-        except Exception:  # no user name (a container without an entry in /etc/passwd)
-            return f"manage.py {command}"
+        """Who a command-line staff action is recorded as (nightjar_delivery.actor's one spelling)."""
+        return actors.actor(command=command)
 
     # -- what only the web reads --
 
+    def pending_now(self):
+        """A QuerySet of intent_model: what the pending gauge counts (by default due() now)."""
+        return self.due(stored_before=timezone.now())
+
+    def parked_waiting(self):
+        """A QuerySet of parked_model: this channel's parked records waiting for staff (the parked gauge)."""
+        return self.parked_model.objects.filter(resolution="")
+
     def gauges(self) -> dict:
-        """Scrape-time gauges: {"pending": n, "parked": n, "queue": counts or {}}."""
+        """Scrape-time gauges: {"pending": n, "parked": n, "queue": counts or {}}
+        (pending_now() and parked_waiting() counted, the broker's counts of the queue)."""
         try:
             counts = transport.queue_counts(self.queue)
         except transport.BrokerError:
             counts = {}
-        return {
-            "pending": self.due(stored_before=timezone.now()).count(),
-            "parked": self.parked_model.objects.filter(resolution="").count(),
-            "queue": counts,
-        }
+        return {"pending": self.pending_now().count(), "parked": self.parked_waiting().count(), "queue": counts}
 
 
 def problems(channel: "Channel | type[Channel]") -> list[str]:

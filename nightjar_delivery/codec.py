@@ -3,20 +3,21 @@ text any database stores. A user's contract (its Channel.decode) builds its
 rules on these; the engine catches ContractError and records a rejection."""
 
 import json
+from typing import Any, NoReturn
 
 
 class ContractError(ValueError):
     """A value breaks the contract; the message is a sentence for a person."""
 
 
-def _reject_duplicate_keys(pairs):
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     if len(keys) != len(set(keys)):
         raise ContractError("The body repeats a key.")
     return dict(pairs)
 
 
-def _refuse_constant(name):
+def _refuse_constant(name: str) -> NoReturn:
     raise ContractError(f"The body is not valid JSON ({name} is not a JSON number).")
 
 
@@ -29,7 +30,7 @@ def check_size(body: bytes, *, max_bytes: int) -> None:
         raise ContractError(f"The body is {len(body)} bytes; the limit is {max_bytes}.")
 
 
-def load_json(body: bytes):
+def load_json(body: bytes) -> Any:
     """Parse JSON strictly (no NaN, no repeated keys). Raises ContractError,
     whatever the bytes: a decoder that fails in another way (RecursionError on
     deep nesting, say) must not turn a poison body into a failing delivery."""

@@ -4,6 +4,8 @@ check failed or the handler did; 2 wrong use (options, lab mode off, a
 handler that cannot be loaded); 3 the broker did not answer; 130 Ctrl+C at
 a checkpoint."""
 
+import argparse
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.core.management.base import CommandError
@@ -22,7 +24,7 @@ class UsageError(Exception):
     """The command cannot run as asked (lab mode is off, say): exit 2."""
 
 
-def add_channel_argument(parser) -> None:
+def add_channel_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--channel",
         metavar="NAME",
@@ -41,7 +43,7 @@ def select_channel(name: str | None) -> channel.Channel:
 
 
 @contextmanager
-def exit_codes(*, broker: str = "Stopped: "):
+def exit_codes(*, broker: str = "Stopped: ") -> Iterator[None]:
     """Inside, a refusal, a usage error or a broker error becomes the
     CommandError of its exit status; broker prefixes the broker's sentence."""
     try:

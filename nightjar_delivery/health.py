@@ -3,6 +3,7 @@ queue's replicas in one line, and whether the database and the broker
 answer. The user's status pages and commands add their own totals."""
 
 import logging
+from typing import Any
 
 from django.db import DatabaseError, connection
 
@@ -11,7 +12,7 @@ from nightjar_delivery import transport
 logger = logging.getLogger(__name__)
 
 
-def queue_status(queue: str) -> tuple[dict | None, str]:
+def queue_status(queue: str) -> tuple[dict[str, Any] | None, str]:
     """(transport.queue_counts(queue), "") or (None, why not): within the broker's deadline."""
     try:
         return transport.queue_counts(queue), ""
@@ -19,7 +20,7 @@ def queue_status(queue: str) -> tuple[dict | None, str]:
         return None, str(error)
 
 
-def describe_replicas(queue: dict | None) -> str:
+def describe_replicas(queue: dict[str, Any] | None) -> str:
     """RabbitMQ's quorum queue on a cluster: its leader and which members are
     online, in one line (empty when the broker did not say)."""
     if not queue or not queue.get("members"):

@@ -14,6 +14,8 @@ are read from the database and the broker at scrape time, by the web only.
 
 import hmac
 import os
+from collections.abc import Iterator
+from typing import Any
 
 from nightjar_delivery import channel, conf
 
@@ -37,10 +39,10 @@ except ImportError:  # the library's [prometheus] extra is not installed: nothin
     class _Uncounted:
         """What a counter or histogram is without prometheus-client: every call does nothing."""
 
-        def __init__(self, *args, **kwargs) -> None:
+        def __init__(self, *args: object, **kwargs: object) -> None:
             pass
 
-        def labels(self, *values):
+        def labels(self, *values: object) -> "_Uncounted":
             return self
 
         def inc(self, amount: float = 1) -> None:
@@ -83,7 +85,7 @@ class DeskCollector:
     gauges (pending and parked intents, per task path...) come from the
     collectors it adds (add_desk_collector)."""
 
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         queue = channel.current().gauges()["queue"]
         yield GaugeMetricFamily("nightjar_broker_up", "1 when the broker answered this scrape.", value=int(bool(queue)))
         if queue:
@@ -99,10 +101,10 @@ class DeskCollector:
 
 # Scrape-time collectors of the engine's users (e.g. nightjar_tasks: per
 # task path), read from the database with the queue's gauges above.
-DESK_COLLECTORS: list = []
+DESK_COLLECTORS: list[Any] = []  # prometheus-client collectors (a collect() method)
 
 
-def add_desk_collector(collector) -> None:
+def add_desk_collector(collector: Any) -> None:
     """Another app's gauges in the desk's scrape (its AppConfig.ready calls this)."""
     if all(type(known) is not type(collector) for known in DESK_COLLECTORS):
         DESK_COLLECTORS.append(collector)

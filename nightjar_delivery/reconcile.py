@@ -164,7 +164,10 @@ def _collect_one(channel: Channel, delivery: transport.Delivery, report: Collect
             reason = f"{failure.error} (worker {failure.worker}, {failure.at:%Y-%m-%d %H:%M:%S})"
         else:
             reason = f"returned {delivery.attempts} times again without a recorded failure: did the worker die on it?"
-        recording.park(intent, reason=reason, attempts=delivery.attempts, body=delivery.body, channel=channel)
+        died = recording.deaths(recording.failures_since_parked(key, channel=channel))
+        recording.park(
+            intent, reason=reason, attempts=delivery.attempts, body=delivery.body, channel=channel, deaths=died
+        )
         report.parked.append(channel.label(key))
     return None
 

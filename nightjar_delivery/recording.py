@@ -160,6 +160,7 @@ def park(
     body: bytes | None = None,
     excerpt: str = "",
     automatic_requeue: bool = False,
+    deaths: int = 0,
 ):
     """The one way an intent is parked for staff (inside the caller's
     transaction): the worker's delivery limit, the dead-letter collector and
@@ -167,11 +168,15 @@ def park(
     delivery's, kept as an excerpt and a hash; without one, excerpt says what
     the intent was (e.g. a task's path). automatic_requeue: not parked but
     published again once by the collector (resolved as requeued by it, and
-    counted by this field)."""
+    counted by this field). deaths: how many of the attempts were its
+    worker dying on it. The channel hears of a park (on_park) in the same
+    transaction."""
     if body is not None:
         excerpt, digest = storable_text(body[:2048], max_bytes=2048), hashlib.sha256(body).hexdigest()
     else:
         excerpt, digest = storable_text(excerpt, max_bytes=2048), ""
+    if not automatic_requeue:
+        channel.on_park(intent, reason=reason, deaths=deaths)
     return channel.parked_model.objects.create(
         reason=storable_text(reason, max_bytes=1200)[:300],
         attempts=attempts,
@@ -183,6 +188,22 @@ def park(
         automatic_requeue=automatic_requeue,
         **{channel.intent_field: intent},
     )
+
+
+def failures_since_parked(intent_id: int, *, channel: Channel):
+    """The failures recorded for an intent since it was last parked, newest first."""
+    mine = {channel.intent_field: intent_id}
+    parked_times = channel.parked_model.objects.filter(**mine).order_by("-parked").values_list("parked", flat=True)
+    last_parked = parked_times.first()
+    failures = channel.failure_model.objects.filter(**mine)  # newest first
+    if last_parked is not None:
+        failures = failures.filter(at__gt=last_parked)
+    return failures
+
+
+def deaths(failures) -> int:
+    """How many of these failures were the worker dying on the delivery (record_started's records left behind)."""
+    return failures.filter(error=DIED).count()
 
 
 def park_after_failures(*, delivery: Delivery, channel: Channel) -> str | None:
@@ -203,16 +224,12 @@ def park_after_failures(*, delivery: Delivery, channel: Channel) -> str | None:
             return None
         if channel.parked_model.objects.holding().filter(**mine).exists():
             return channel.label(intent_id)  # a second copy of what is parked already
-        parked_times = channel.parked_model.objects.filter(**mine).order_by("-parked").values_list("parked", flat=True)
-        last_parked = parked_times.first()
-        failures = channel.failure_model.objects.filter(**mine)  # newest first
-        if last_parked is not None:
-            failures = failures.filter(at__gt=last_parked)
+        failures = failures_since_parked(intent_id, channel=channel)
         count = failures.count()
         if count < conf.NIGHTJAR_DELIVERY_LIMIT:
             return None
         last = failures.first()
         assert last is not None  # count reached the limit: one failure at least (for any limit above 0)
         reason = f"{last.error} (worker {last.worker}, {last.at:%Y-%m-%d %H:%M:%S}); failed {count} times"
-        park(intent, reason=reason, attempts=count, body=delivery.body, channel=channel)
+        park(intent, reason=reason, attempts=count, body=delivery.body, channel=channel, deaths=deaths(failures))
     return channel.label(intent_id)

@@ -7,6 +7,8 @@ Each names its manager `objects` (what Django would add anyway): the engine
 reaches a channel's records as `channel.failure_model.objects`, and a type
 checker sees a manager on an abstract model only where it is declared."""
 
+from datetime import datetime
+
 from django.db import models
 from django.utils import timezone
 
@@ -139,7 +141,7 @@ class AbstractWorkerReport(models.Model):
     def __str__(self) -> str:
         return f"worker {self.name}"
 
-    def state(self, now=None, gone_after: float = 30) -> str:
+    def state(self, now: datetime | None = None, gone_after: float = 30) -> str:
         if self.stopped is not None:
             return "stopped"
         now = now or timezone.now()

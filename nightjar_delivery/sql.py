@@ -10,6 +10,7 @@ nightjar_tasks' runner); everything else goes through the ORM."""
 import contextlib
 import functools
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, Error, connections
 from django.db.transaction import TransactionManagementError
@@ -68,7 +69,7 @@ def before_commit(callback, *, using: str = DEFAULT_DB_ALIAS):
     yet); a rollback forgets it. Returns the function that forgets it (call
     it once the code that should commit is done, committed or not). The
     database transport's ack joins the handler's own commit with it."""
-    db = connections[using]
+    db: Any = connections[using]  # patched here: its commit and rollback, and a list Django's wrapper does not declare
     if not hasattr(db, "nightjar_before_commit"):
         db.nightjar_before_commit = []
         commit, rollback = db._commit, db._rollback

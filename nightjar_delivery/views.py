@@ -5,7 +5,7 @@ the registered users' gauges. A project routes it where it likes:
     path("metrics", nightjar_delivery.views.metrics, {"permission": "myapp.view_report"})
 """
 
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -14,7 +14,7 @@ from nightjar_delivery import metrics as engine_metrics
 
 @require_GET
 @never_cache
-def metrics(request, permission: str = ""):
+def metrics(request: HttpRequest, permission: str = "") -> HttpResponse:
     """Staff signed in (holding `permission`, when the URL names one), or
     `Authorization: Bearer <NIGHTJAR_METRICS_TOKEN>`. Anyone else gets 403
     and no numbers; without prometheus-client, a 501 that says which extra."""

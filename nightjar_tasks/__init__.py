@@ -8,6 +8,11 @@ default: exactly one database effect per task); `enqueue_once` (below)
 makes the enqueue side exactly once too; `cancel` (below) cancels a task
 that has not started."""
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 
 def retry(
     *,
@@ -15,7 +20,7 @@ def retry(
     backoff: float | None = None,
     time_limit: float | None = None,
     atomic: bool = True,
-):
+) -> Callable[[_F], _F]:
     """Under @task: how many attempts a task gets (its first run included),
     the backoff in seconds (attempt n+1 waits backoff * 2**(n-1)) and the
     time limit of one attempt in seconds (past it the body is stopped, rolled
@@ -29,8 +34,8 @@ def retry(
         def send_report(report_id): ...
     """
 
-    def mark(function):
-        function.nightjar_retry = {
+    def mark(function: _F) -> _F:
+        function.nightjar_retry = {  # type: ignore[attr-defined]  # read back by the backend (backend.retry_options)
             "max_attempts": max_attempts,
             "backoff": backoff,
             "time_limit": time_limit,
@@ -41,7 +46,7 @@ def retry(
     return mark
 
 
-def enqueue_once(task, key: str, /, *args, **kwargs):
+def enqueue_once(task: Any, key: str, /, *args: Any, **kwargs: Any) -> Any:
     """task.enqueue(*args, **kwargs), once per key: the same key again returns
     the TaskResult of the task it was first given to (same task, arguments
     and queue), or raises nightjar_tasks.backend.EnqueueKeyConflict (other
@@ -69,6 +74,23 @@ def cancel(task, /, *, actor: str = "code", reason: str = ""):
     from nightjar_tasks.cancelling import cancel_task, task_id_of
 
     return cancel_task(task_id=task_id_of(task), actor=actor, reason=reason)
+
+
+def idempotency_key(context, purpose: str = "", /) -> str:
+    """A key for a call to another service that honours one (an HTTP
+    `Idempotency-Key` header, a payment API's key): the same on every attempt,
+    retry and redelivery of this task, different for every task (a task
+    given by enqueue_once's repeat is the same task: the same key). purpose
+    tells apart several calls of one task. The task takes its context:
+
+        @task(takes_context=True)
+        def charge(context, order_id):
+            requests.post(URL, json=..., headers={"Idempotency-Key": idempotency_key(context, "charge")})
+
+    With a service that keeps the key, the call's effect happens once however
+    often the task runs; without one it happens once per attempt (docs/tasks.md)."""
+    key = f"nightjar-task-{context.task_result.id}"
+    return f"{key}-{purpose}" if purpose else key
 
 
 def __getattr__(name: str):

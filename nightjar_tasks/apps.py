@@ -7,7 +7,7 @@ class NightjarTasksConfig(AppConfig):
     verbose_name = "Nightjar tasks"
     default_auto_field = "django.db.models.BigAutoField"
 
-    def ready(self):
+    def ready(self) -> None:
         from nightjar_tasks import channel, checks, schedules  # noqa: F401 (checks, schedules register their checks)
 
         channel.register_channels()

@@ -109,17 +109,22 @@ def call(task, result, record: TaskRecord, alias: str, seconds: float | None = N
     rest); result: running()'s, None for a body without context."""
     args, kwargs = (record.args, record.kwargs) if result is None else (result.args, result.kwargs)
     # (limits.Limit looked up per call: bench/peers runs the worker with it disarmed)
-    with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias)):
+    with limits.Limit(seconds or seconds_for(task, record.backend, atomic=record.atomic, alias=alias), alias, record):
         if task.takes_context:
             return task.call(TaskContext(task_result=result), *args, **kwargs)
         return task.call(*args, **kwargs)
 
 
-def record_failure(record: TaskRecord, error: BaseException, started, me: str, *, final: bool = False) -> TaskRecord:
+def record_failure(record: TaskRecord, error: BaseException, started, me: str) -> TaskRecord:
     """After the rollback: note the attempt; retry after the backoff, or at
-    the limit (or when final: its code is gone) FAILED and parked (one
-    transaction). Returns the row as stored."""
-    options = {"max_attempts": 1} if final else backends.retry_options(import_string(record.task_path), record.backend)
+    the limit FAILED and parked (one transaction). Returns the row as stored.
+    A task whose code does not import (a rename not deployed everywhere yet)
+    is retried too, within its backend's attempts and backoff (its own are
+    in the code that is missing)."""
+    try:
+        options = backends.retry_options(import_string(record.task_path), record.backend)
+    except ImportError:
+        options = conf.options(record.backend)
     entry = {"exception_class_path": get_module_path(type(error)), "traceback": get_exception_traceback(error)}
     now = timezone.now()
     with transaction.atomic():
@@ -138,6 +143,7 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str, *
         )
         if tries >= options["max_attempts"]:
             row.status, row.finished_at = TaskResultStatus.FAILED, now
+            row.save()  # (first: FAILED already when the channel hears of the park)
             park(
                 row,
                 reason=f"{row.task_path} raised {type(error).__name__}: {first_line} (worker {me}); failed {tries} times",
@@ -149,8 +155,44 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str, *
             row.status = TaskResultStatus.READY
             row.run_after = now + timedelta(seconds=options["backoff"] * 2 ** (tries - 1))
             row.published_at = None  # reconcile publishes it when due
-        row.save()
+            row.save()
     return row
+
+
+class Parked(Exception):
+    """The engine parked the task's delivery (its delivery limit, or the broker's dead letters): the task's error."""
+
+
+class WorkerDied(Parked):
+    """The worker running the task died, until the engine's delivery limit (killed, crashed, out of memory,
+    or ended by the time limit's watchdog)."""
+
+
+def fail_parked(record: TaskRecord, *, reason: str, deaths: int) -> None:
+    """A task the engine parks (TasksChannel.on_park), inside the park's
+    transaction: still READY (it never finished an attempt), it is FAILED
+    now, its error saying why, so get_result() and nightjar_tasks_status say
+    what staff must look at. A task parked out of its own attempts is FAILED
+    already: left alone."""
+    row = TaskRecord.objects.select_for_update().filter(pk=record.pk, status=TaskResultStatus.READY).first()
+    if row is None:
+        return
+    if deaths:
+        error: Parked = WorkerDied(
+            f"The worker died {deaths} time{'s' if deaths != 1 else ''} while running it (killed, crashed, out of "
+            "memory, or ended past its time limit): parked; see nightjar_parked."
+        )
+    else:
+        error = Parked(f"Parked: {reason}")
+    row.errors = [
+        *row.errors,
+        {
+            "exception_class_path": get_module_path(type(error)),
+            "traceback": f"{get_module_path(type(error))}: {error}\n",
+        },
+    ]
+    row.status, row.finished_at = TaskResultStatus.FAILED, timezone.now()
+    row.save(update_fields=["errors", "status", "finished_at"])
 
 
 @functools.cache

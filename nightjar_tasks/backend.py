@@ -7,6 +7,7 @@ after the commit (rolled back: never published, never run); get_result()
 reads the row, from any process. The worker (`worker --channel tasks`) runs
 it: nightjar_tasks/runner.py."""
 
+import dataclasses
 import json
 
 from django.db import IntegrityError, transaction
@@ -17,6 +18,8 @@ from nightjar_delivery import get_channel, publish_after_commit, storable_text
 from nightjar_tasks import checks, conf, rows
 from nightjar_tasks.compat import (
     BaseTaskBackend,
+    InvalidTaskError,
+    Task,
     TaskError,
     TaskResult,
     TaskResultDoesNotExist,
@@ -58,13 +61,53 @@ def checked_key(key) -> str:
     return key
 
 
+OWN_OPTIONS = ("max_attempts", "backoff", "time_limit", "atomic")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NightjarTask(Task):
+    """The backend's task_class: `@task(max_attempts=5, backoff=0.5,
+    time_limit=30, atomic=False)` takes Nightjar's options itself (Django's
+    Task has no such fields: its TypeError), as `@retry(...)` under `@task`
+    does; None: @retry's, else the backend's OPTIONS. Checked with the
+    task (NightjarBackend.validate_task)."""
+
+    max_attempts: int | None = None
+    backoff: float | None = None
+    time_limit: float | None = None
+    atomic: bool | None = None
+
+
 def retry_options(task, alias: str) -> dict:
-    """max_attempts, backoff and atomic of a task: its own (nightjar_tasks.retry)
-    over the backend's OPTIONS."""
+    """max_attempts, backoff, time_limit and atomic of a task: its own
+    (@task(...) of NightjarTask, then nightjar_tasks.retry) over the
+    backend's OPTIONS."""
     chosen = {**conf.options(alias), "atomic": True}
     own = getattr(task.func, "nightjar_retry", None) or {}
     chosen.update({key: value for key, value in own.items() if value is not None})
+    if isinstance(task, NightjarTask):
+        chosen.update({key: value for key in OWN_OPTIONS if (value := getattr(task, key)) is not None})
     return chosen
+
+
+def own_option_problems(task) -> list[str]:
+    """What is wrong with the options a task gives itself, one sentence each."""
+    if not isinstance(task, NightjarTask):
+        return []
+    problems = []
+    if task.max_attempts is not None and (type(task.max_attempts) is not int or task.max_attempts < 1):
+        problems.append(f"max_attempts must be a whole number of at least 1, not {task.max_attempts!r}")
+    if task.backoff is not None and (not _seconds(task.backoff) or task.backoff < 0):
+        problems.append(f"backoff must be a number of seconds (0 or more), not {task.backoff!r}")
+    if task.time_limit is not None and (not _seconds(task.time_limit) or not task.time_limit > 0):
+        problems.append(f"time_limit must be a number of seconds above 0, not {task.time_limit!r}")
+    if task.atomic is not None and not isinstance(task.atomic, bool):
+        problems.append(f"atomic must be True or False, not {task.atomic!r}")
+    return problems
+
+
+def _seconds(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def to_result(record: TaskRecord, task=None) -> TaskResult:
@@ -95,6 +138,7 @@ def to_result(record: TaskRecord, task=None) -> TaskResult:
 
 
 class NightjarBackend(BaseTaskBackend):
+    task_class = NightjarTask
     supports_defer = True
     supports_get_result = True
     # Not proven, so refused at enqueue (README: "where the promise stops"):
@@ -103,6 +147,11 @@ class NightjarBackend(BaseTaskBackend):
     # delivers in order, so priority would be a promise the worker cannot keep.
     supports_async_task = False
     supports_priority = False
+
+    def validate_task(self, task) -> None:
+        super().validate_task(task)
+        if problems := own_option_problems(task):
+            raise InvalidTaskError(f"{task.module_path}: {'; '.join(problems)} (@task's options, as @retry's).")
 
     def enqueue(self, task, args, kwargs, *, key: str | None = None) -> TaskResult:
         self.validate_task(task)

@@ -7,8 +7,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import Channel, ContractError, DomainError, HandlerError, register, transport
-from nightjar_tasks import conf, messages, publishing, runner
+from nightjar_delivery import Channel, ContractError, DomainError, HandlerError, register
+from nightjar_tasks import attempts, conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
     TaskCompletion,
@@ -51,6 +51,7 @@ class TasksChannel(Channel):
     worker_report_model = TaskWorkerReport
     staff_action_model = TaskStaffAction
     intents = "tasks"
+    serve_reconcile_every = 5.0  # a retry waits READY until reconcile publishes it: never without one
     outcome = "result"
 
     def __init__(self, queue_name: str = "default") -> None:
@@ -134,6 +135,11 @@ class TasksChannel(Channel):
         if TaskCompletion.objects.filter(task_id=intent.pk).exists():
             raise self.refusal(f"{label(intent.pk)} is done already: it is not {what}.")
 
+    def on_park(self, intent, *, reason: str, deaths: int) -> None:
+        """Parked by the engine (its worker died on it until the delivery
+        limit, or a dead letter): FAILED, saying so (attempts.fail_parked)."""
+        attempts.fail_parked(intent, reason=reason, deaths=deaths)
+
     def on_requeue(self, intent) -> None:
         """Staff requeued the parked task: back to the workers, READY, with a
         fresh retry budget (its attempts so far no longer count)."""
@@ -145,16 +151,13 @@ class TasksChannel(Channel):
             published_at=timezone.now(),
         )
 
-    def gauges(self) -> dict:
-        try:
-            counts = transport.queue_counts(self.queue)
-        except transport.BrokerError:
-            counts = {}
-        return {
-            "pending": self.mine().filter(status=TaskResultStatus.READY).count(),
-            "parked": TaskParked.objects.filter(resolution="", task__queue_name=self.queue_name).count(),
-            "queue": counts,
-        }
+    # The engine's gauges, counted over this queue's tasks: every READY one (due or not) is pending.
+
+    def pending_now(self):
+        return self.mine().filter(status=TaskResultStatus.READY)
+
+    def parked_waiting(self):
+        return super().parked_waiting().filter(task__queue_name=self.queue_name)
 
 
 def register_channels() -> None:

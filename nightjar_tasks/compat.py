@@ -16,7 +16,7 @@ BACKPORT = find_spec("django.tasks") is None
 if BACKPORT:
     from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import TaskError
+    from django_tasks.base import Task, TaskError
     from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
     from django_tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
     from django_tasks.signals import logger as tasks_logger
@@ -24,7 +24,7 @@ if BACKPORT:
 else:  # Django 6.x
     from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import TaskError
+    from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import log_task_finished, log_task_started, task_enqueued, task_finished, task_started
@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_TASK_QUEUE_NAME",
     "BaseTaskBackend",
     "InvalidTaskError",
+    "Task",
     "TaskContext",
     "TaskError",
     "TaskResult",

@@ -94,7 +94,7 @@ def insert_keys(task_ids: list[int]) -> set[int]:
 
 def _of_rows_not_final(alias: str, ids: str) -> str:
     quote = connections[alias].ops.quote_name
-    pk, status = quote(TaskRecord._meta.pk.column), quote(TaskRecord._meta.get_field("status").column)
+    pk, status = quote(TaskRecord._meta.pk.column), quote(_field("status").column)
     return (
         f"{_INSERT} SELECT {pk}, %s FROM {quote(TaskRecord._meta.db_table)} "
         f"WHERE {pk} {ids} AND {status} NOT IN (%s, %s) ORDER BY {pk}"

@@ -1,6 +1,8 @@
 """Prometheus gauges per task path, read from the task rows when the desk's
 /metrics is scraped (nightjar_delivery/metrics.py adds them to its scrape)."""
 
+from collections.abc import Iterator
+
 from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
 
 from nightjar_tasks import summary
@@ -15,7 +17,7 @@ GAUGES = (
 
 
 class TaskPathCollector:
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily | SummaryMetricFamily]:
         rows = summary.by_task_path()
         for name, help_text in GAUGES:
             family = GaugeMetricFamily(f"nightjar_tasks_{name}", help_text, labels=["task_path"])

@@ -32,15 +32,15 @@ def prune_finished(
     pause: float | None = None,
     after_batch: Callable[[int], None] | None = None,
 ) -> int:
-    """Delete finished tasks (SUCCESSFUL, or FAILED and no longer waiting for
-    staff) that finished before now - older_than, batch_size ids at a time in ascending id order
-    (each batch found by the primary key's index, from where the last one
-    ended), each batch one transaction: its rows' SET_NULL relations set to
-    NULL, then the rows deleted (their CASCADE relations with them), bounded
-    by the batch. pause: seconds between batches (None: on SQLite
-    SQLITE_PAUSE_SECONDS, else 0); after_batch(deleted so far) is called after
-    each commit. Returns how many were deleted; a crash between batches keeps
-    what is done."""
+    """Delete finished tasks (SUCCESSFUL, or FAILED and no longer waiting
+    for staff) that finished before now - older_than: batch_size ids at a
+    time in ascending id order (each window found by the primary key's index
+    from where the last one ended), each batch one transaction: its rows'
+    SET_NULL relations set to NULL, then the rows deleted (their CASCADE
+    relations with them), bounded by the batch. pause: seconds between
+    batches (None: on SQLite SQLITE_PAUSE_SECONDS, else 0); after_batch(deleted
+    so far) is called after each commit. Returns how many were deleted; a
+    crash between batches keeps what is done."""
     alias = TaskRecord.objects.db
     if pause is None:
         pause = SQLITE_PAUSE_SECONDS if connections[alias].vendor == "sqlite" else 0
@@ -56,8 +56,8 @@ def prune_finished(
     while True:
         # The next window of ids by the primary key's index alone (a filter on status would
         # let the planner sort every old row per batch: a million rows, a quadratic crawl).
-        window = everything.filter(pk__gt=after) if after is not None else everything
-        window = list(window.values_list("pk", flat=True)[:batch_size])
+        following = everything.filter(pk__gt=after) if after is not None else everything
+        window = list(following.values_list("pk", flat=True)[:batch_size])
         if not window:
             return deleted
         after = window[-1]

@@ -10,9 +10,11 @@ makes them. tests/test_tasks_fast.py compares every field with the ORM's."""
 
 import functools
 import json
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from django.db import connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField, DateTimeField, JSONField
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, post_save, pre_init, pre_save
@@ -35,7 +37,7 @@ class Select(NamedTuple):
     ORM calls it)."""
 
     sql: str
-    converters: dict[int, tuple]
+    converters: dict[int, tuple[Any, list[Callable[..., Any]], Callable[..., Any] | None]]
 
 
 @functools.cache
@@ -52,7 +54,7 @@ def select(alias: str) -> Select:
     return Select(statement, converters)
 
 
-def _one_argument(connection, field):
+def _one_argument(connection: BaseDatabaseWrapper, field: Any) -> Callable[..., Any] | None:
     """The kinds the hot path reads most, converted without Django's
     per-value work: datetimes on a UTC SQLite (Django's converter parses the
     text with a regex: 6 per row, 300 per batch, issue 25), JSON without a
@@ -70,7 +72,7 @@ def _one_argument(connection, field):
 _EMPTY = {"[]": list, "{}": dict}
 
 
-def _json_loaded(value, expression=None, connection=None):
+def _json_loaded(value: Any, expression: object = None, connection: object = None) -> Any:
     """A JSONField's value as its from_db_value makes it (no decoder of its own)."""
     if value is None:
         return None
@@ -82,13 +84,13 @@ def _json_loaded(value, expression=None, connection=None):
         return value
 
 
-def _boolean(value, expression=None, connection=None):
+def _boolean(value: Any, expression: object = None, connection: object = None) -> Any:
     """SQLite's convert_booleanfield_value (the column comes back as 0/1, or
     already a bool through Django's registered "bool" converter)."""
     return bool(value) if value in (0, 1) else value
 
 
-def _converted(connection, value, column, chain):
+def _converted(connection: BaseDatabaseWrapper, value: Any, column: Any, chain: Iterable[Callable[..., Any]]) -> Any:
     for converter in chain:
         value = converter(value, column, connection)
     return value
@@ -99,12 +101,12 @@ def _in(alias: str, count: int) -> str:
     return select(alias).sql.removesuffix(" = %s") + f" IN ({', '.join(['%s'] * count)})"
 
 
-def read_rows(pks) -> dict[int, tuple]:
+def read_rows(pks: Iterable[int]) -> dict[int, tuple[Any, ...]]:
     """The rows of these tasks (FIELDS, unconverted), by id: one statement
     per 500 ids."""
     alias = TaskRecord.objects.db
     ids = sorted(set(pks))
-    rows: dict[int, tuple] = {}
+    rows: dict[int, tuple[Any, ...]] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
         rows.update((row[0], row) for row in sql.execute(_in(alias, len(chunk)), chunk, using=alias))
@@ -120,7 +122,7 @@ def read(pk: int) -> TaskRecord:
     return record(connection, found[0], _plain())
 
 
-def read_many(pks: list[int], rows: dict[int, tuple] | None = None) -> dict[int, TaskRecord]:
+def read_many(pks: list[int], rows: dict[int, tuple[Any, ...]] | None = None) -> dict[int, TaskRecord]:
     """TaskRecord.objects.in_bulk(pks); the rows given (read by the screen)
     are not read again."""
     rows = {pk: rows[pk] for pk in pks if pk in rows} if rows else {}
@@ -135,7 +137,7 @@ def _plain() -> bool:
     return not (pre_init.has_listeners(TaskRecord) or post_init.has_listeners(TaskRecord))
 
 
-def record(connection, row, plain: bool | None = None) -> TaskRecord:
+def record(connection: BaseDatabaseWrapper, row: tuple[Any, ...], plain: bool | None = None) -> TaskRecord:
     """The TaskRecord of a row of FIELDS, each value converted as the ORM
     would; plain (_plain() said so; asked when not given): made as
     Model.from_db makes it, without its __init__ (~8 µs a row, issue 25)."""
@@ -158,11 +160,11 @@ class Screened(NamedTuple):
     which a batch builds its record."""
 
     path: str
-    row: tuple
+    row: tuple[Any, ...]
     run_after: object = None
 
 
-def screened(pks) -> dict[int, tuple[Screened, float]]:
+def screened(pks: Iterable[int]) -> dict[int, tuple[Screened, float]]:
     """TasksChannel.stored: {id: (Screened, when enqueued, in seconds since
     the epoch)} of the stored tasks among pks."""
     connection = connections[TaskRecord.objects.db]

@@ -48,12 +48,20 @@ def handle(message, ack, pause=None):
     PostgreSQL); the body; the done-mark sent with the COMMIT (one round
     trip on PostgreSQL: sql.execute_and_commit). A repeat of a done (or
     given-up) task finds its row so, inserts nothing, runs nothing, and is
-    acked."""
+    acked. Then, on SQLite, the write lock shared with guests
+    (limits.LockShare)."""
+    began = time.monotonic()
+    db = connections[TaskRecord.objects.db]  # the task's database: its transaction, its row
+    _handle(message, ack, pause, db)
+    if db.vendor == "sqlite":
+        limits.lock_share.held_from(began)
+
+
+def _handle(message, ack, pause, db) -> None:
     checkpoint(pause, "before-write")
     started, me = timezone.now(), attempts.worker_id()
     task = result = None
     done = False
-    db = connections[TaskRecord.objects.db]  # the task's database: its transaction, its row
     try:
         with transaction.atomic(using=db.alias):
             record, owned = marks.claim(db, message.task_id)
@@ -79,8 +87,9 @@ def handle(message, ack, pause=None):
                     done = marks.insert_key(record.pk) and marks.mark_done(db, record, value, started)
     except BaseException as error:
         if task is None and isinstance(error, attempts.CodeGone):
-            # No retry can import it: FAILED at once, with the ImportError.
-            attempts.record_failure(record, error.error, started, me, final=True)
+            # Retried like any failure: a release may bring its path back (an old web process's
+            # task, or a worker restarted late), within the backend's attempts and backoff.
+            attempts.record_failure(record, error.error, started, me)
             checkpoint(pause, "after-commit")
             ack()
             return
@@ -149,6 +158,7 @@ def handle_batch(
     done, results = [], []
     alias = TaskRecord.objects.db
     checkpoint(pause, "before-write")
+    began = time.monotonic()
     with transaction.atomic(using=alias):
         for delivery, reason in rejections:
             record_rejection(delivery=delivery, reason=reason, channel=channel)
@@ -169,7 +179,7 @@ def handle_batch(
                 task = tasks.get(path) or tasks.setdefault(path, attempts.imported(path))
             except attempts.CodeGone as gone:
                 marks.delete_key(pk)
-                attempts.record_failure(record, gone.error, started, me, final=True)
+                attempts.record_failure(record, gone.error, started, me)
                 continue
             own = left = None
             if deadline is not None and record.atomic:
@@ -211,4 +221,6 @@ def handle_batch(
     for record, (result, task) in zip(done, results, strict=True):
         if (result := attempts.finished(result, record, task)) is not None:
             task_finished.send_robust(SENDER, task_result=result)
+    if budget is not None:  # (on SQLite)
+        limits.lock_share.held_from(began)
     return [record.pk for record in done]

@@ -42,7 +42,7 @@ _SEARCH_DAYS = 366 * 8  # a rule that matches no day in eight years never will (
 
 def _field(text: str, name: str, low: int, high: int) -> frozenset[int]:
     """One cron field: `*`, `N`, `A-B`, each optionally `/STEP`, comma-separated."""
-    values = set()
+    values: set[int] = set()
     for item in text.split(","):
         span, _, step_text = item.partition("/")
         try:
@@ -171,12 +171,14 @@ class Schedule:
     def latest(self, now: datetime) -> datetime:
         if self.cron:
             return self.cron.latest(now)
+        assert self.every is not None  # (from_setting: exactly one of the two)
         seconds = now.timestamp() // self.every * self.every
         return datetime.fromtimestamp(seconds, UTC)
 
     def following(self, now: datetime) -> datetime:
         if self.cron:
             return self.cron.following(now)
+        assert self.every is not None
         return self.latest(now) + timedelta(seconds=self.every)
 
     @property
@@ -211,7 +213,7 @@ def enqueue_due(*, now: datetime | None = None) -> list[Slot]:
         key = schedule.key(slot)
         if TaskRecord.objects.filter(enqueue_key=key).exists():
             continue  # (the common case, without a failed INSERT)
-        made = []
+        made: list[str] = []
 
         def heard(sender, task_result, made=made, **kwargs):
             made.append(task_result.id)  # sent only for a row inserted now, not for the key's winner

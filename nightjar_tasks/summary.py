@@ -53,6 +53,8 @@ def by_task_path(*, grace_seconds: float = GRACE_SECONDS) -> list[TaskPath]:
         | Q(published_at__isnull=True, run_after__isnull=True, enqueued_at__lte=now - timedelta(seconds=grace_seconds))
         | Q(published_at__isnull=True, run_after__lte=now - timedelta(seconds=grace_seconds))
     )
+    # A parked task waits for staff, not for reconcile (a row parked READY before issue 51 included).
+    lost &= ~Q(pk__in=TaskParked.objects.holding().filter(task__isnull=False).values("task"))
     rows = (
         TaskRecord.objects.order_by()
         .values("task_path")

@@ -160,6 +160,136 @@ def slow_run(name: str, seconds: float, runs_file: str) -> str:
     return name
 
 
+# -- bodies that take the alarm away or outlast it (issue 51): the watchdog's backstop --
+
+
+def _own_timeout_recipe(seconds: int, call) -> None:
+    """What timeout-decorator (and many a copied recipe) does around a call:
+    its own SIGALRM handler and alarm, then alarm(0) and the old handler back."""
+    import signal
+
+    def expired(signum, frame):
+        raise TimeoutError
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        call()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@task
+@retry(max_attempts=2, backoff=0, time_limit=1)
+def escape(name: str, how: str, started_file: str) -> str:
+    """Inserts <name>, says so in started_file, then never returns by itself
+    and keeps the alarm from stopping it (how: one of ESCAPES)."""
+    import pathlib
+    import signal
+    import time
+
+    from django.db import connection
+
+    Group.objects.create(name=name)  # rolled back with the attempt (on SQLite: the write lock held)
+    pathlib.Path(started_file).write_text("started\n")
+    if how == "alarm(0)":
+        signal.alarm(0)
+        time.sleep(3600)
+    elif how == "own timeout":
+        _own_timeout_recipe(30, lambda: time.sleep(0.1))
+        time.sleep(3600)
+    elif how == "SIG_IGN":
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        time.sleep(3600)
+    elif how == "except BaseException":
+        while True:
+            try:  # noqa: SIM105 (the point: a loop that swallows everything)
+                time.sleep(3600)
+            except BaseException:
+                pass
+    else:  # one statement that never ends: SQLite has no statement timeout
+        with connection.cursor() as cursor:
+            cursor.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c")
+    return name
+
+
+ESCAPES = ("alarm(0)", "own timeout", "SIG_IGN", "except BaseException", "recursive CTE")
+
+
+@task
+@retry(max_attempts=1)
+def fork_and_exit(name: str) -> str:
+    """Forks; the child calls sys.exit() (as a body's child would, by
+    mistake or not); the parent waits for it, then inserts <name>."""
+    import os
+    import sys
+
+    child = os.fork()
+    if child == 0:
+        sys.exit("the child is done")
+    os.waitpid(child, 0)
+    Group.objects.create(name=name)
+    return name
+
+
+@task
+@retry(max_attempts=1)
+def ignore_sigterm(name: str) -> str:
+    """Sets SIGTERM (and SIGINT) to ignored, inserts <name>, and returns."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Group.objects.create(name=name)
+    return name
+
+
+@task
+def hold_for(name: str, seconds: float, runs_file: str) -> str:
+    """Inserts <name> (on SQLite: the write lock held from BEGIN), notes the
+    run in runs_file, then sleeps: one of a queue of long tasks."""
+    import time
+
+    Group.objects.create(name=name)
+    with open(runs_file, "a") as runs:
+        runs.write(f"{name}\n")
+    time.sleep(seconds)
+    return name
+
+
+def always_fails(name: str) -> str:
+    """Not a task by itself: a test makes it one with the options it tries (@task(max_attempts=...))."""
+    Group.objects.create(name=name)  # rolled back with the failure
+    raise RuntimeError(f"{name} always fails")
+
+
+@task(takes_context=True)
+def charge_then_die_once(context, url: str, marker: str, with_key: bool) -> int:
+    """Calls another service (with the task's idempotency key, or none), then
+    its worker is SIGKILLed before the commit, once (marker: a file that says
+    it happened); the redelivery calls again and writes its row."""
+    import json
+    import os
+    import signal
+    import urllib.request
+    from pathlib import Path
+
+    from nightjar_tasks import idempotency_key
+
+    headers = {"Content-Type": "application/json"}
+    if with_key:
+        headers["Idempotency-Key"] = idempotency_key(context, "charge")
+    request = urllib.request.Request(url, data=json.dumps({"amount": 5}).encode(), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        effect = json.loads(response.read())["effect"]
+    if not Path(marker).exists():
+        Path(marker).write_text("killed after the call")
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker dies between the call and its commit
+    Group.objects.create(name=f"charged-{context.task_result.id}")
+    return effect
+
+
 @task
 @retry(time_limit=60)
 def run_noting_pid(name: str, seconds: float, runs_file: str) -> str:

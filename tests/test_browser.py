@@ -4,6 +4,7 @@ Screenshots of each step go to test-artifacts/."""
 
 import contextlib
 import io
+import re
 import signal
 from pathlib import Path
 
@@ -104,9 +105,10 @@ def test_staff_see_the_desk_charts_after_a_burst_and_the_desk_refreshes_itself(s
         page.get_by_role("button", name="Log in").click()
         expect(page.get_by_role("heading", name="Delivery status")).to_be_visible()
         charts = page.locator("figure.desk-chart")
-        expect(charts).to_have_count(5)  # rates and latency, last hour and last day; the door's arrivals
+        expect(charts).to_have_count(6)  # rates and latency, last hour and last day; the door's arrivals; the mails
         expect(page.get_by_role("heading", name="Arrivals")).to_be_visible()
-        expect(charts.first.locator("polyline").first).to_be_visible()
+        rates = charts.filter(has=page.get_by_role("img", name=re.compile("registrations and tickets per minute")))
+        expect(rates.first.locator("polyline").first).to_be_visible()
         expect(page.get_by_text("40 registrations and 40 tickets, per minute.").first).to_be_visible()
         expect(page.locator("tr.worker-running")).to_have_count(1)
         expect(page.locator("tr.worker-stopped")).to_have_count(1)  # the drain, which exited cleanly
@@ -156,3 +158,39 @@ def test_a_waiting_guest_watches_their_page_turn_into_a_ticket_after_another_gue
         assert axe_violations(page) == []
     waiting = Registration.objects.get(name="Wren Waiting")
     assert waiting.seat == "confirmed" and waiting.tickets.count() == 1
+
+
+def test_a_guest_gives_an_address_and_their_page_says_the_mail_went_out(site, workers, worker_env, smtp, monkeypatch):
+    """The form's optional address (a wrong one refused as Django refuses it),
+    the worker's ticket, the sender's mail at a real SMTP server, and the
+    guest's page saying it went out; axe-core at 0 at a phone's 390×844."""
+    import subprocess
+    import sys
+
+    from tests.test_door_browser import axe_violations
+
+    with chromium(monkeypatch) as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.goto(site + "/evening/")
+        page.get_by_label("Guest name").fill("Ines Inbox")
+        page.get_by_label("E-mail (optional)").fill("ines@example")
+        page.get_by_role("button", name="Register for the evening").click()
+        expect(page.get_by_text("Please enter an e-mail address such as guest@example.org")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "mail-1-wrong-address.png")
+        assert axe_violations(page) == [] and not Registration.objects.exists()
+        page.get_by_label("E-mail (optional)").fill("ines@example.org")
+        page.get_by_role("button", name="Register for the evening").click()
+        registration = Registration.objects.get(name="Ines Inbox")
+        expect(page.get_by_text("Mail for this registration goes to ines@example.org.")).to_be_visible()
+        assert workers.run().returncode == 0
+        env = {**worker_env, "NIGHTJAR_SMTP_HOST": smtp.host, "NIGHTJAR_SMTP_PORT": str(smtp.port)}
+        sent = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "send_mail"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "1 sent" in sent.stdout, sent.stdout + sent.stderr
+        page.reload()
+        expect(page.get_by_text("Your ticket: sent")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "mail-2-sent.png")
+        assert axe_violations(page) == []
+    [received] = smtp.to("ines@example.org")
+    assert received.message["Subject"] == f"Your ticket for the evening ({registration.code})"

@@ -236,6 +236,26 @@ def test_a_minimal_channel_registers_and_works_with_the_defaults(minimal):
     minimal.record_staff_action(actor="x", action="requeue", intent=first, detail="")  # no staff_action_model: nothing
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_channel_with_effects_outside_the_database_is_never_run_in_batches(minimal, monkeypatch):
+    """A failed batch is retried one delivery at a time: for a handler that
+    sends mail, that would send its neighbours' mails again. Refused with a
+    sentence, before anything is taken from the broker."""
+    from nightjar_delivery import transport
+    from tests.minimal_channel import HANDLED
+    from tickets.models import Registration
+
+    monkeypatch.setattr(minimal, "effects_outside_database", True)
+    intent = Registration.objects.create(name="Mina Patel")
+    minimal.publish(intent)
+    with pytest.raises(CommandError, match="has effects outside the database") as refused:
+        call_command("worker", "--drain", "--channel", "minimal", "--batch", "10", stdout=io.StringIO())
+    assert refused.value.returncode == 2 and "Run it without --batch." in str(refused.value)
+    assert transport.queue_counts(minimal.queue)["ready"] == 1 and HANDLED == []
+    call_command("worker", "--drain", "--channel", "minimal", stdout=io.StringIO())  # one delivery at a time
+    assert [intent.pk] == HANDLED
+
+
 def _incomplete(**attributes):
     from tests.minimal_channel import MinimalChannel
 

@@ -219,20 +219,20 @@ def test_a_worker_reads_the_registrations_of_waiting_deliveries_at_once_and_stil
     worker = Worker(handler=handle, prefetch=50, stdout=StringIO())
     worker.connect()
     try:
-        for delivery in worker.consumer.consume(idle_seconds=1.0):
+        for delivery in worker.receiver.consumer.consume(idle_seconds=1.0):
             if delivery is None:
                 break
             if contract.hinted_ids([delivery.body]) == {renamed.pk}:
                 # Changed after it was read ahead, and the read grown old: read again.
                 Registration.objects.filter(pk=renamed.pk).update(name="Renamed Guest")
-                worker.ahead_read -= 2
+                worker.screen.ahead_read -= 2
             worker.process([delivery])
-        worker.consumer.flush_acks()
+        worker.receiver.consumer.flush_acks()
     finally:
         worker.close()
 
     reasons = sorted(RejectedMessage.objects.values_list("reason", flat=True))
-    assert len(reasons) == 4 and worker.handled == 29 + 1  # 29 guests, and the repeat found its key
+    assert len(reasons) == 4 and worker.report.handled == 29 + 1  # 29 guests, and the repeat found its key
     assert any("There is no registration R-99999999" in reason for reason in reasons)
     # The stranger with another name, and the renamed guest:
     assert sum("does not match the stored registration" in reason for reason in reasons) == 2

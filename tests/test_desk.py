@@ -257,8 +257,8 @@ def test_a_database_error_asking_for_the_latency_costs_the_observation_never_the
 
     monkeypatch.setattr(Ticket.objects, "made_since", broken)
     worker = Worker(handler=handle, stdout=io.StringIO())
-    assert worker.made_since(1, timezone.now()) is False
-    assert worker.connections_suspect  # the connection is checked before the next delivery
+    assert worker.report.made_since(1, timezone.now()) is False
+    assert worker.connections.suspected  # the connection is checked before the next delivery
 
 
 @pytest.mark.fast
@@ -270,14 +270,14 @@ def test_a_health_file_that_cannot_be_touched_is_said_once_and_again_when_it_can
     worker = Worker(handler=handle, stdout=io.StringIO(), health_file=str(folder / "healthy"))
     caplog.set_level("INFO", logger="nightjar_delivery.worker")
     for _ in range(30):  # thirty seconds of the loop (each beat a second after the one before)
-        worker.last_beat -= 1.0
-        worker.beat()
+        worker.report.last_beat -= 1.0
+        worker.report.beat()
     assert [record.levelname for record in caplog.records] == ["WARNING"]
     assert "healthy" in caplog.records[0].getMessage()
     folder.mkdir()
     for _ in range(3):
-        worker.last_beat -= 1.0
-        worker.beat()
+        worker.report.last_beat -= 1.0
+        worker.report.beat()
     assert (folder / "healthy").exists()
     assert [record.levelname for record in caplog.records] == ["WARNING", "INFO"]
     assert "works again" in caplog.records[1].getMessage()

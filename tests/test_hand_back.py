@@ -45,15 +45,15 @@ class RecordingChannel:
         self.sent.append(("cancel", consumer_tag))
 
 
-def recording_worker(handler, registration: Registration) -> tuple[Worker, RecordingChannel]:
+def recording_worker(handler, registration: Registration, batch: int | None = None) -> tuple[Worker, RecordingChannel]:
     channel = RecordingChannel([contract.encode(registration_id=registration.pk, name=registration.name)])
     consumer = amqp.Consumer.__new__(amqp.Consumer)
     consumer._channel, consumer._prefetch, consumer.lost, consumer.queue = channel, 1, [], amqp.queue_name()
     consumer._deferred_tag = consumer._deferred_count = 0
     consumer._connection = SimpleNamespace(is_open=True, close=lambda: None)
     consumer._lock, consumer._stopped = threading.RLock(), threading.Event()  # (no heartbeat thread here)
-    worker = Worker(handler=handler, stdout=io.StringIO())
-    worker.consumer = consumer
+    worker = Worker(handler=handler, stdout=io.StringIO(), batch=batch)
+    worker.receiver.consumer = consumer
     return worker, channel
 
 
@@ -86,7 +86,7 @@ def test_a_worker_stopping_hands_its_prefetch_back_with_one_nack_not_rejects():
     worker, channel = recording_worker(lambda *args: None, Registration.objects.create(name="Prefetched"))
     # What pika's BlockingChannel.consume() leaves: a consumer with deliveries buffered.
     channel._queue_consumer_generator = SimpleNamespace(consumer_tag="ctag-1", pending_events=[])
-    worker.consumer.stop_consuming()
+    worker.receiver.consumer.stop_consuming()
     worker.close()
     assert channel.sent == [("cancel", "ctag-1"), ("nack", 0, True, True), ("nack", 0, True, True)]
 
@@ -95,11 +95,10 @@ def test_a_failed_batch_retried_one_by_one_never_acks_past_its_failed_delivery(m
     """Service mode defers acks into one multiple=True ack; after a batch fails,
     the neighbours that succeed one by one must not ack the failed one with them."""
     registration = Registration.objects.create(name="Batch Neighbour")
-    worker, channel = recording_worker(lambda *args: None, registration)
-    worker.consumer._prefetch = 10
-    worker.flush_acks = False  # service mode without checkpoints
-    worker.batch = 3  # batch mode: the three come as one batch
-    monkeypatch.setattr("nightjar_delivery.worker.failures.RETRY_PAUSE", 0)
+    worker, channel = recording_worker(lambda *args: None, registration, batch=3)  # the three come as one batch
+    worker.receiver.consumer._prefetch = 10
+    worker.settler.defer_acks(True)  # service mode without checkpoints
+    monkeypatch.setattr("nightjar_delivery.worker.loop.RETRY_PAUSE", 0)
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     batch = [amqp.Delivery(body=body, tag=tag, redelivered=False, message_id="m", attempts=0) for tag in (1, 2, 3)]
 
@@ -109,7 +108,7 @@ def test_a_failed_batch_retried_one_by_one_never_acks_past_its_failed_delivery(m
         (delivery,) = deliveries
         if delivery.tag == 1:
             raise RuntimeError("this one fails alone")
-        worker.ack_current(delivery)
+        worker.settler.ack_current(delivery)
 
     monkeypatch.setattr(worker, "process", process)
     worker.process_or_hand_back(batch)

@@ -477,6 +477,6 @@ def test_after_a_failure_on_a_read_only_session_the_worker_writes_on_a_new_conne
         cursor.execute(read_only)
     with pytest.raises(DatabaseError):
         Registration.objects.create(name="Read Only")
-    worker.connections_suspect = True  # as after any failed delivery
-    worker.check_connections()
+    worker.connections.suspect()  # as after any failed delivery
+    worker.connections.check()
     assert Registration.objects.create(name="Writable Again").pk

@@ -91,3 +91,44 @@ def test_the_file_of_a_bin_run_that_died_is_ignored(tmp_path, monkeypatch):
         assert "NIGHTJAR_LAB" not in environ
     # The environment always wins over the file, and an empty NIGHTJAR_RUN_FILE reads none.
     assert localrun.run_file({"NIGHTJAR_RUN_FILE": ""}) is None
+
+
+def test_bin_run_writes_the_guests_mail_where_it_says(tmp_path):
+    """The issue's "Done when" on bin/run itself: a guest registers with an
+    address on a full evening, another cancels, and the first finds "a seat
+    is yours" and then the ticket in the folder bin/run names (its sender,
+    no mail server)."""
+    from devtools.guest import Guest
+    from tests.helpers import until
+
+    checkout = copy_checkout(tmp_path / "checkout")
+    run = LocalRun(checkout, "redis" if TRANSPORT == "redis" else "rabbitmq")
+    try:
+        started = run.start()
+        assert "Mail to guests is written to .run/mail/ (one .eml file per mail" in started
+        seated = fresh_terminal(checkout, "seats", "--capacity", "2")  # Mina Patel (the demo) holds the first
+        assert seated.returncode == 0, seated.stdout + seated.stderr
+        base, pages = f"http://127.0.0.1:{run.port}", {}
+        for name in ("Ada", "Bo"):
+            guest = Guest(base, follow_redirects=False)
+            status, _, _ = guest.register(name, headers={"Referer": base}, email=f"{name.lower()}@example.org")
+            assert status == 302, status
+            pages[name] = guest.location
+        assert Guest(base, follow_redirects=False).cancel(pages["Ada"]) == 302  # Bo gets her seat
+        worked = fresh_terminal(checkout, "worker", "--drain")  # bin/run --no-worker: by hand, as in the lab
+        assert worked.returncode == 0, worked.stdout + worked.stderr
+        folder = checkout / ".run" / "mail"
+        names = until(
+            lambda: (
+                (found := sorted(path.name.rsplit("-", 1)[0] for path in folder.glob("*.eml")))
+                and len(found) == 4
+                and found
+            ),
+            what="four mails in .run/mail",
+        )
+        ada, bo = (page.split("/")[2] for page in (pages["Ada"], pages["Bo"]))
+        assert names == sorted([f"{ada}-cancelled", f"{bo}-waiting", f"{bo}-seat", f"{bo}-ticket"])
+        seat = next(folder.glob(f"{bo}-seat-*.eml")).read_text()
+        assert f"Subject: A seat is yours ({bo})" in seat and f"http://127.0.0.1:{run.port}/registrations/{bo}/" in seat
+    finally:
+        run.stop()

@@ -11,9 +11,10 @@ from django.urls import reverse
 from mail import sender
 from mail.models import Kind, Mail, State
 from tests.test_seats import drain
-from tickets.models import Registration, Ticket
+from tickets.models import Registration
 from tickets.services import seats
 from tickets.services.registrations import register_guest
+from tickets.services.tickets import issue_ticket
 
 pytestmark = [pytest.mark.fast, pytest.mark.django_db(transaction=True)]
 
@@ -55,7 +56,7 @@ def test_a_rolled_back_fact_leaves_no_mail():
     Mail.objects.all().delete()
     with pytest.raises(RuntimeError), transaction.atomic():
         seats.cancel_registration(registration=seated, actor=STAFF)
-        Ticket.objects.issue(registration_id=seated.pk, name=seated.name)
+        issue_ticket(registration_id=seated.pk, name=seated.name)
         assert Mail.objects.count() == 3  # cancelled, seat, ticket: stored with the facts...
         raise RuntimeError("the fact's transaction fails")
     assert Mail.objects.count() == 0  # ...and gone with them
@@ -119,6 +120,15 @@ def test_a_permanent_refusal_fails_at_once_with_the_servers_sentence_and_holds_b
     assert send_due() == []  # failed is final (staff may resend)
 
 
+def test_a_refusal_of_the_message_itself_is_permanent_too(smtp):
+    register_guest(name="Ada", email="ada@example.org")
+    drain()
+    smtp.rules.data_answer = "554 5.6.0 Message rejected as spam"
+    [outcome] = send_due()
+    assert (outcome.state, outcome.reply) == (State.FAILED, "554 5.6.0 Message rejected as spam")
+    assert smtp.received == []
+
+
 def test_the_server_down_then_back_sends_everything_once(smtp, settings):
     for name in ("Ada", "Bo"):
         register_guest(name=name, email=f"{name.lower()}@example.org")
@@ -145,6 +155,18 @@ def test_a_slow_server_times_out_and_is_retried_behind_the_others(smtp, settings
     drain()
     smtp.rules.delay = 0
     assert [outcome.mail.address for outcome in send_due()] == ["next@example.org"]  # the retry waits its turn
+
+
+def test_a_server_that_answers_each_line_just_in_time_still_lets_go_of_the_sender(smtp, settings):
+    settings.NIGHTJAR_SMTP_TIMEOUT = 0.4  # each answer comes in 0.3 s; four of them are more than 3 x 0.4
+    register_guest(name="Ada", email="ada@example.org")
+    drain()
+    smtp.rules.step_delay = 0.3
+    [outcome] = send_due()
+    assert outcome.state == State.RETRYING and smtp.received == []
+    assert outcome.reply == f"The mail server 127.0.0.1:{smtp.port} took longer than 1.2 s for one mail"
+    smtp.rules.step_delay = 0
+    assert [o.state for o in send_due()] == [State.SENT]
 
 
 def test_temporary_refusals_end_in_failed_after_the_bound(smtp, settings):
@@ -217,7 +239,7 @@ def test_a_lease_shorter_than_one_attempt_is_a_warning(settings):
 
     settings.NIGHTJAR_SMTP_TIMEOUT, settings.NIGHTJAR_MAIL_LEASE_SECONDS = 10, 120
     assert lease_outlasts_an_attempt(None) == []
-    settings.NIGHTJAR_MAIL_LEASE_SECONDS = 60
+    settings.NIGHTJAR_MAIL_LEASE_SECONDS = 40  # four waits of 10 s
     assert [warning.id for warning in lease_outlasts_an_attempt(None)] == ["mail.W003"]
 
 
@@ -297,3 +319,49 @@ def test_the_desk_metrics_count_the_outbox_and_the_sender_counts_its_attempts(st
     before = ATTEMPTS.labels("ticket", "sent")._value.get()
     send_due()
     assert ATTEMPTS.labels("ticket", "sent")._value.get() == before + 1
+
+
+def test_an_internationalised_domain_is_sent_in_its_ascii_form(smtp):
+    guest = register_guest(name="Ana", email="ana@bücher.example")
+    drain()
+    [outcome] = send_due()
+    assert outcome.state == State.SENT
+    [received] = smtp.received
+    assert received.recipients == ["ana@xn--bcher-kva.example"] and guest.mails.get().state == State.SENT
+
+
+def test_a_mail_the_sender_cannot_handle_fails_alone_and_one_that_kills_every_sender_is_bounded(
+    smtp, settings, monkeypatch
+):
+    settings.NIGHTJAR_MAIL_ATTEMPTS = 2
+    for name in ("Ada", "Bo"):
+        register_guest(name=name, email=f"{name.lower()}@example.org")
+    drain()
+    real = sender.transmit
+
+    def broken_for_ada(mail, data):
+        if mail.address == "ada@example.org":
+            raise RuntimeError("a bug in the sender")
+        return real(mail, data)
+
+    monkeypatch.setattr(sender, "transmit", broken_for_ada)
+    outcomes = send_due()
+    assert [o.state for o in outcomes] == [State.RETRYING, State.SENT]
+    assert outcomes[0].reply == "Could not send the mail: RuntimeError: a bug in the sender"
+    # A sender that dies on it every time (claimed, never recorded): failed once out of attempts.
+    [claimed] = sender.claim_due()
+    Mail.objects.filter(pk=claimed.pk).update(next_attempt=claimed.next_attempt.replace(year=2000))
+    assert sender.claim_due() == []
+    ada = Mail.objects.get(address="ada@example.org")
+    assert ada.state == State.FAILED and ada.last_reply.startswith("Gave up after 2 attempts: the sender stopped")
+
+
+def test_the_labs_reset_takes_a_guests_mails_with_the_registration():
+    from tickets.services.demo import reset_demo, seed_demo
+
+    seed_demo()
+    register_guest(name="Lab Guest", email="learner@example.org")
+    drain()
+    assert Mail.objects.count() == 1
+    assert reset_demo() == 1  # (a mail's registration was protected: the reset failed with ProtectedError)
+    assert Mail.objects.count() == 0 and list(Registration.objects.values_list("pk", flat=True)) == [1]

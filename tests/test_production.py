@@ -254,6 +254,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
         ("nightjar-worker@.service", "nightjar-worker@1.service"),
         ("nightjar-tasks-worker@.service", "nightjar-tasks-worker@1.service"),
         ("nightjar-mail.service", "nightjar-mail.service"),
+        ("nightjar-tasks-scheduler.service", "nightjar-tasks-scheduler.service"),
     ):
         text = (ROOT / "deploy" / name).read_text()
         assert "/srv/nightjar" in text
@@ -268,6 +269,7 @@ def test_the_systemd_units_are_valid_and_run_what_the_readme_says(tmp_path):
     tasks_worker = (ROOT / "deploy" / "nightjar-tasks-worker@.service").read_text()
     assert "manage.py worker --channel tasks --serve" in tasks_worker and "\nRestart=always\n" in tasks_worker
     assert "manage.py send_mail --serve" in (ROOT / "deploy" / "nightjar-mail.service").read_text()
+    assert "manage.py nightjar_scheduler\n" in (ROOT / "deploy" / "nightjar-tasks-scheduler.service").read_text()
 
 
 @pytest.mark.system
@@ -348,25 +350,3 @@ def test_redis_node_and_postgres_cluster_stop_when_given_start_s_own_arguments(t
     finally:
         subprocess.run([ROOT / "bin" / "postgres-cluster", "stop", pg_folder], capture_output=True, timeout=120)
         shutil.rmtree(pg_folder, ignore_errors=True)
-
-
-@pytest.mark.broker
-@pytest.mark.amqp_only
-def test_a_rabbitmq_node_whose_port_is_taken_says_why_it_did_not_start(tmp_path):
-    """The node's own log holds the reason a boot failed (its server.out only
-    says the VM halted): bin/rabbitmq-node prints it, at once."""
-    script, folder = ROOT / "bin" / "rabbitmq-node", tmp_path / "node"
-    port = free_port(rabbitmq=True)
-    try:
-        with socket.socket() as squatter:
-            squatter.bind(("127.0.0.1", port))
-            squatter.listen()
-            started = time.monotonic()
-            result = subprocess.run([script, "start", folder, str(port)], capture_output=True, text=True, timeout=120)
-            seconds = time.monotonic() - started
-    finally:
-        subprocess.run([script, "stop", folder], capture_output=True, timeout=120)
-    assert result.returncode != 0
-    assert "RabbitMQ did not start: its boot failed" in result.stderr
-    assert f"port {port}, one of the ports it listens on, is taken by another program" in result.stderr
-    assert seconds < 60, f"it took {seconds:.0f} s to give up"

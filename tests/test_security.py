@@ -127,7 +127,7 @@ class RecordingConsumer:
     def __init__(self) -> None:
         self.acked: list[int] = []
 
-    def ack(self, tag: int, *, multiple: bool = False) -> None:
+    def ack(self, tag: int, *, multiple: bool = False, flush: bool = True) -> None:
         self.acked.append(tag)
 
     def waiting(self) -> list[bytes]:
@@ -154,13 +154,13 @@ def _valid(name: str) -> bool:
 def test_arbitrary_bytes_never_crash_the_worker_and_never_make_a_ticket_unless_valid(monkeypatch, body):
     # The worker drops stale connections before each delivery; here the test's
     # own transaction must survive, so that step is skipped.
-    monkeypatch.setattr("nightjar_delivery.worker.handle.close_old_connections", lambda: None)
+    monkeypatch.setattr("nightjar_delivery.worker.report.close_old_connections", lambda: None)
     with transaction.atomic():
         registration = Registration.objects.create(pk=1, name="Known Name")
         worker = Worker(handler=handle, stdout=io.StringIO())
-        worker.consumer = RecordingConsumer()
+        worker.receiver.consumer = RecordingConsumer()
         worker.process([transport.Delivery(body=body, tag=7, redelivered=False, message_id="")])
-        assert worker.consumer.acked == [7]  # rejected (and recorded) or handled: acked either way
+        assert worker.receiver.consumer.acked == [7]  # rejected (and recorded) or handled: acked either way
         try:
             message = contract.decode(body)
             valid = message.name == registration.name

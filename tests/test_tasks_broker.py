@@ -13,11 +13,13 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
+from nightjar_delivery import transport
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskRecord
 from tests import task_functions as tasks
 from tests.conftest import ROOT
 from tests.helpers import MODES
+from tickets.channel import RegistrationsChannel
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -57,7 +59,10 @@ def test_a_task_killed_at_each_window_writes_exactly_one_row(checkpoint, mode, w
 
     rerun = workers.run(*TASKS, *mode)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"Received task {result.id} redelivered=True" in rerun.stdout
+    if checkpoint == "after-commit" and transport.kind() == "database":
+        assert rerun.stdout.strip() == "No ready tasks"  # the ack (the row's DELETE) committed with the task
+    else:
+        assert f"Received task {result.id} redelivered=True" in rerun.stdout
     assert list(Group.objects.values_list("name", flat=True)) == ["once"]
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "once")
@@ -164,3 +169,47 @@ def test_run_after_waits_until_due(workers, worker_env):
     assert workers.run(*TASKS).returncode == 0
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_a_serving_tasks_worker_retries_without_being_told_a_reconcile_period(workers):
+    """Issue 51: a retry waits READY for reconcile to publish it when due, so
+    a tasks worker started with --serve and no --reconcile-every never
+    retried anything. The tasks' channels give --serve a reconcile period of
+    their own (5 s); the tickets' (the lab's) has none, its output unchanged."""
+    failing = tasks.insert_when_fixed.enqueue("retried")  # max_attempts 2, backoff 0
+    worker = workers.start(*TASKS, "--serve")
+    worker.wait_for(f"Received task {failing.id} redelivered=False")
+    worker.wait_for("Handler returned.")
+    worker.wait_for("Reconcile republished 1", timeout=30)  # the retry, published by the worker's own pass
+    worker.wait_for(f"Received task {failing.id} redelivered=False")
+    worker.wait_for("Handler returned.")
+    worker.signal(signal.SIGTERM)
+    status, output = worker.finish()
+    assert status == 0, output
+    failing.refresh()
+    assert (failing.status, failing.attempts) == (TaskResultStatus.FAILED, 2)  # retried once, then out of attempts
+    assert RegistrationsChannel.serve_reconcile_every is None  # the lab's worker reconciles only when told
+
+
+@pytest.mark.parametrize("with_key", [True, False], ids=["with-the-key", "without"])
+def test_a_call_to_a_key_honouring_service_happens_once_when_its_worker_dies_after_it(workers, tmp_path, with_key):
+    """The task calls the service, then its worker is killed -9 before the
+    commit; the redelivery calls again. With nightjar_tasks.idempotency_key
+    (the same on both attempts) the service applies it once; without, twice
+    (docs/tasks.md says so): the task's own row is written once either way."""
+    from devtools.keyserver import KeyServer
+
+    with KeyServer() as service:
+        result = tasks.charge_then_die_once.enqueue(service.url, str(tmp_path / "killed"), with_key)
+        died = workers.run(*TASKS)
+        assert died.returncode == -signal.SIGKILL, died.stdout + died.stderr
+        rerun = workers.run(*TASKS)
+        assert rerun.returncode == 0 and f"Received task {result.id} redelivered=True" in rerun.stdout, rerun.stderr
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+        assert Group.objects.filter(name=f"charged-{result.id}").count() == 1
+        if with_key:
+            assert service.requests == [f"nightjar-task-{result.id}-charge"] * 2
+            assert len(service.effects) == 1 and result.return_value == 1
+        else:
+            assert service.requests == [None, None] and len(service.effects) == 2

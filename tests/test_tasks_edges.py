@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
 from hypothesis import given
@@ -136,19 +137,73 @@ def test_a_message_for_a_task_waiting_out_its_backoff_does_not_run_it(tasks_chan
     assert not Group.objects.filter(name="slow").exists()
 
 
+def _due_and_published_again(pk: int) -> None:
+    """Its backoff over now, published again (what reconcile does when it is due)."""
+    TaskRecord.objects.filter(pk=pk).update(run_after=timezone.now() - timedelta(seconds=1))
+    publishing.publish(TaskRecord.objects.get(pk=pk))
+
+
 @pytest.mark.parametrize("batch", [None, 10], ids=["per-delivery", "batch"])
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.fast
-def test_a_task_whose_code_is_gone_fails_at_once_with_its_import_error(tasks_channel, batch):
+def test_a_task_whose_code_cannot_be_imported_is_retried_with_backoff_and_runs_once_it_imports(
+    tasks_channel, batch, monkeypatch
+):
+    """Issue 51: a release that renames a task, workers first, left the old
+    web processes enqueueing the old path, and each such task was FAILED and
+    parked at its first attempt. An ImportError is a failure like any other:
+    retried after the backoff, within the backend's attempts."""
+    renamed = TaskRecord.objects.create(task_path="tests.task_functions.add_renamed", args=[1, 2])
+    publishing.publish(renamed)
+    drain(batch)
+    row = TaskRecord.objects.get(pk=renamed.pk)
+    assert (row.status, row.attempts) == (TaskResultStatus.READY, 1)
+    assert row.run_after is not None and row.published_at is None  # reconcile publishes it when due
+    assert row.errors[0]["exception_class_path"].endswith("ImportError")
+    assert "add_renamed" in row.errors[0]["traceback"]
+    assert not TaskParked.objects.filter(task=renamed).exists()
+    monkeypatch.setattr(tasks, "add_renamed", tasks.add, raising=False)  # the release that brings it back
+    _due_and_published_again(renamed.pk)
+    drain(batch)
+    row = TaskRecord.objects.get(pk=renamed.pk)
+    assert (row.status, row.return_value, row.attempts, len(row.errors)) == (TaskResultStatus.SUCCESSFUL, 3, 2, 1)
+
+
+@pytest.mark.parametrize("batch", [None, 10], ids=["per-delivery", "batch"])
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_a_task_whose_code_never_comes_back_fails_at_its_attempts_with_its_import_error(tasks_channel, batch):
     gone = TaskRecord.objects.create(task_path="tests.task_functions_removed.add", args=[1, 2])
     publishing.publish(gone)
     drain(batch)
+    for _ in range(2):  # the backend's max_attempts: 3
+        _due_and_published_again(gone.pk)
+        drain(batch)
     row = TaskRecord.objects.get(pk=gone.pk)
-    assert row.status == TaskResultStatus.FAILED and row.attempts == 1
-    assert row.errors[0]["exception_class_path"].endswith("ModuleNotFoundError")
-    assert "tests.task_functions_removed" in row.errors[0]["traceback"]
+    assert row.status == TaskResultStatus.FAILED and row.attempts == 3
+    assert row.errors[-1]["exception_class_path"].endswith("ModuleNotFoundError")
+    assert "tests.task_functions_removed" in row.errors[-1]["traceback"]
     assert TaskParked.objects.filter(task=gone, resolution="").count() == 1
     assert ready(tasks_channel.queue) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.fast
+def test_a_parked_task_is_not_counted_as_a_lost_publish(tasks_channel):
+    """Issue 51: a task the engine parked while READY (before this issue's
+    fix, a task parked for its worker's deaths stayed so) waits for staff,
+    not for reconcile: nightjar_tasks_status must not call it lost forever."""
+    long_ago = timezone.now() - timedelta(hours=2)
+    parked = TaskRecord.objects.create(task_path="tests.task_functions.die", args=[1], enqueued_at=long_ago)
+    TaskRecord.objects.filter(pk=parked.pk).update(published_at=long_ago)
+    TaskParked.objects.create(task=parked, reason="The worker died while handling it", attempts=2)
+    lost = TaskRecord.objects.create(task_path="tests.task_functions.add", args=[1, 1], enqueued_at=long_ago)
+    TaskRecord.objects.filter(pk=lost.pk).update(published_at=long_ago)
+    out = io.StringIO()
+    call_command("nightjar_tasks_status", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("tests.task_functions.die") and "lost=0" in line for line in lines), lines
+    assert any(line.startswith("tests.task_functions.add") and "lost=1" in line for line in lines), lines
 
 
 # -- enqueue --

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from nightjar_delivery import channel, sql, transport
 from nightjar_delivery import reconcile as engine
 from nightjar_delivery.worker import Worker
-from nightjar_tasks import attempts, marks, messages, publishing, rows, runner
+from nightjar_tasks import attempts, compat, marks, messages, publishing, rows, runner
 from nightjar_tasks import backend as backends
 from nightjar_tasks.backend import NightjarBackend, to_result
 from nightjar_tasks.channel import TasksChannel
@@ -722,3 +722,28 @@ def test_the_claim_makes_the_record_without_its_init_unless_an_init_signal_liste
     finally:
         post_init.disconnect(receiver, sender=TaskRecord)
     assert owned and seen == [record.pk]
+
+
+def test_task_takes_nightjar_s_options_itself_and_refuses_a_wrong_one_with_a_sentence(monkeypatch):
+    """Issue 51: on Django 6.1, `@task(max_attempts=5)` raised Django's raw
+    TypeError (Task has no such field). The backend declares its task_class,
+    which takes Nightjar's options (max_attempts, backoff, time_limit,
+    atomic) as @retry does; a wrong value is InvalidTaskError naming it."""
+    failing = compat.task(max_attempts=1, backoff=0, time_limit=5)(tasks.always_fails)
+    monkeypatch.setattr(tasks, "always_fails", failing)  # the path the worker imports
+    assert backends.retry_options(failing, "default") | {"atomic": True} == {
+        "max_attempts": 1,
+        "backoff": 0,
+        "time_limit": 5,
+        "atomic": True,
+    }
+    result = failing.enqueue("once")
+    assert failing.using(queue_name="default").max_attempts == 1  # using() keeps them
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED  # its own max_attempts, 1, not the backend's 3
+    assert TaskParked.objects.filter(task_id=int(result.id)).count() == 1
+    with pytest.raises(InvalidTaskError, match=r"max_attempts must be a whole number of at least 1, not 0"):
+        compat.task(max_attempts=0)(failing.func)
+    with pytest.raises(TypeError, match="max_attemps"):  # a misspelt option: Python names it
+        compat.task(max_attemps=2)(failing.func)

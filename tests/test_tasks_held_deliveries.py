@@ -98,7 +98,11 @@ def test_a_worker_death_is_charged_only_to_the_task_it_was_running(workers, work
     assert status == 0, output
     # The five ran from the queue, not after reconcile's grace period (a stranded delivery).
     assert not any("Reconcile republished" in out for out in [*outputs, output]), output
-    assert TaskRecord.objects.get(pk=culprit.id).status != TaskResultStatus.SUCCESSFUL
     assert [p.task_id for p in TaskParked.objects.holding()] == [int(culprit.id)]  # the culprit alone
     assert "The worker died while handling it" in TaskParked.objects.holding().get().reason
+    # Issue 51: parked for its deaths, it is FAILED, saying so (it stayed READY: a "lost publish" forever).
+    parked = tasks.die.get_result(culprit.id)
+    assert parked.status == TaskResultStatus.FAILED
+    assert parked.errors[-1].exception_class_path == "nightjar_tasks.attempts.WorkerDied"
+    assert "The worker died 2 times while running it" in parked.errors[-1].traceback
     print(f"{deaths} worker deaths; parked: the culprit alone; the 5 others SUCCESSFUL")

@@ -12,7 +12,8 @@ from django.db import transaction
 
 from nightjar_delivery import record_rejection
 from tickets.checkpoints import checkpoint
-from tickets.models import Completion, Ticket
+from tickets.models import Completion
+from tickets.services.tickets import issue_tickets
 
 
 def handle_batch(messages, rejections, ack_all, pause=None, *, channel):
@@ -30,7 +31,7 @@ def handle_batch(messages, rejections, ack_all, pause=None, *, channel):
         new = Completion.objects.insert_new([message.registration_id for message in messages])
         checkpoint(pause, "inside-transaction")
         names = {message.registration_id: message.name for message in messages if message.registration_id in new}
-        Ticket.objects.issue_many(sorted(names.items()), commit=True)  # the last statement: with the COMMIT
+        issue_tickets(sorted(names.items()), commit=True)  # the last statement: with the COMMIT
 
     checkpoint(pause, "after-commit")
     ack_all()

@@ -16,7 +16,8 @@ This is safe repeated effects in the database, not exactly-once delivery.
 from django.db import transaction
 
 from tickets.checkpoints import checkpoint
-from tickets.models import Completion, Ticket
+from tickets.models import Completion
+from tickets.services.tickets import issue_ticket
 
 
 def handle(message, ack, pause=None):
@@ -29,7 +30,7 @@ def handle(message, ack, pause=None):
         is_new = Completion.objects.insert_if_new(registration_id=message.registration_id)
         checkpoint(pause, "inside-transaction")
         if is_new:
-            Ticket.objects.issue(registration_id=message.registration_id, name=message.name)
+            issue_ticket(registration_id=message.registration_id, name=message.name)
 
     # Committed. Only now may RabbitMQ forget the delivery.
     checkpoint(pause, "after-commit")

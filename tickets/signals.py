@@ -7,7 +7,7 @@ send_robust(): no fact without what its receivers store."""
 from django.dispatch import Signal
 
 # registration_ids: list[int] — tickets were issued for these registrations
-# (the worker's handler and batch handler, repair), before the tickets' INSERT.
+# (tickets/services/tickets.py: the worker's handler and batch handler, repair), before the tickets' INSERT.
 tickets_issued = Signal()
 # registration — stored while the evening was full: it waits for a seat.
 registration_waiting = Signal()

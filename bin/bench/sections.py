@@ -339,7 +339,14 @@ def bench_raw(n: int) -> None:
 
 
 def nightjar_rate(n: int, processes: int, *args: str, env: dict[str, str] | None = None, root: Path = ROOT) -> float:
-    prepare(n)
+    return nightjar_rate_on(n, prepare, processes, *args, env=env, root=root)
+
+
+def nightjar_rate_on(
+    n: int, prepared, processes: int = 1, *args: str, env: dict[str, str] | None = None, root: Path = ROOT
+) -> float:
+    """The worker's rate on n deliveries that prepared(n) puts in its queue."""
+    prepared(n)
     procs = start_workers(processes, *args, env=env, root=root)
     try:
         wait_for_tickets(n, procs)
@@ -417,13 +424,13 @@ def bench_desk(n: int) -> None:
         figure = record(key, label, values[key], "deliveries/s")
         if key != "desk_reports_off":
             compare(figure, "desk_reports_off")
-    # What Worker.measure does for one delivery, timed on its own.
+    # What the worker's report measures for one delivery, timed on its own.
     worker = Worker(handler=None, stdout=io.StringIO())
     created = time.time() - 0.05
     calls = 100_000
     started = time.perf_counter()
     for _ in range(calls):
-        worker.measure(time.perf_counter(), handled=1, made=[created])
+        worker.report.measure(time.perf_counter(), handled=1, made=[created])
     micros = (time.perf_counter() - started) / calls * 1e6
     per_delivery = 1e6 / RESULTS["desk_reports_off"]["median"]
     RESULTS["desk_metric_calls"] = {

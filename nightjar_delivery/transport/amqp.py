@@ -22,7 +22,8 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 from urllib.error import HTTPError
 from urllib.parse import parse_qs, quote, unquote, urljoin, urlsplit
 from urllib.request import HTTPRedirectHandler, Request, build_opener
@@ -131,16 +132,20 @@ def translated_errors(action: str) -> Iterator[None]:
         raise BrokerError(f"RabbitMQ at {masked_url()} is unavailable ({action}): {detail}") from None
 
 
-def within(seconds: float, action: str, function, *args, **kwargs):
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def within(seconds: float, action: str, function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     """Run function in a thread of its own and return its result, or raise
     BrokerError once `seconds` pass. pika's blocking calls have no deadline of
     their own (a frozen broker or a queue without quorum keeps them waiting),
     so a caller that must answer in time waits here instead; the thread is
     left to finish or fail on its own."""
-    outcome: dict = {}
+    outcome: dict[str, Any] = {}
     done = threading.Event()
 
-    def run():
+    def run() -> None:
         background_thread()
         try:
             outcome["value"] = function(*args, **kwargs)
@@ -154,10 +159,10 @@ def within(seconds: float, action: str, function, *args, **kwargs):
         raise BrokerError(f"RabbitMQ at {masked_url()} did not answer within {seconds:g} s ({action}).")
     if "error" in outcome:
         raise outcome["error"]
-    return outcome.get("value")
+    return outcome["value"]  # set: run() finished without an error
 
 
-def declare(channel, queue: str | None = None):
+def declare(channel: Any, queue: str | None = None) -> tuple[Any, Any]:
     """Declare a queue and its dead-letter queue (queue None: the default channel's);
     returns the (work, dead) declare-ok methods, which carry their counts."""
     queue = queue or queue_name()
@@ -195,7 +200,7 @@ class _PublisherThread(threading.Thread):
     """Owns one confirmed connection and publishes what it is handed, one at
     a time. Only this thread touches the connection (pika is not thread-safe)."""
 
-    def __init__(self, on_finished) -> None:
+    def __init__(self, on_finished: Callable[[_Publication], None]) -> None:
         super().__init__(name="nightjar-publisher", daemon=True)
         self.jobs: queue.SimpleQueue[_Publication | None] = queue.SimpleQueue()
         self.on_finished = on_finished
@@ -270,7 +275,7 @@ class _PublisherThread(threading.Thread):
                 if attempt == attempts or self.blocked:
                     raise
 
-    def open(self, queue: str):
+    def open(self, queue: str) -> Any:
         if self.connection is None or self.connection.is_closed:
             self.connection, _ = connect()
             self.blocked = False
@@ -455,7 +460,7 @@ class Consumer:
         ).start()
 
     @staticmethod
-    def _delivery(method, properties, body) -> Delivery:
+    def _delivery(method: Any, properties: Any, body: bytes) -> Delivery:
         headers = (properties.headers if properties else None) or {}
         try:
             attempts = int(headers.get("x-delivery-count") or 0)
@@ -615,7 +620,7 @@ def _keep_answering(consumer_ref, every: float) -> None:
 
 
 @contextlib.contextmanager
-def short_channel(action: str):
+def short_channel(action: str) -> Iterator[Any]:
     """A channel on a connection of its own, closed afterwards (status, admin, tools)."""
     with translated_errors(action):
         connection, _ = connect()
@@ -626,14 +631,14 @@ def short_channel(action: str):
                 connection.close()
 
 
-def queue_counts(queue: str) -> dict:
+def queue_counts(queue: str) -> dict[str, Any]:
     """Ready messages in the queue and its dead-letter queue, and consumers
     attached, as they are now (AMQP's declare-ok); unacknowledged deliveries
     as `unacknowledged()` can tell them; waits at most NIGHTJAR_BROKER_TIMEOUT
     (plus the management API's). From the management API, on a cluster: the
     quorum queue's leader and which of its members are online."""
 
-    def count():
+    def count() -> tuple[Any, Any]:
         with short_channel("queue status") as channel:
             return declare(channel, queue)
 
@@ -648,7 +653,7 @@ def queue_counts(queue: str) -> dict:
     return counts
 
 
-def unacknowledged(now: dict, info: dict | None, error: str) -> tuple[int | None, str, bool]:
+def unacknowledged(now: dict[str, Any], info: dict[str, Any] | None, error: str) -> tuple[int | None, str, bool]:
     """(count or None, why not, whether it may lag). Only the management API
     counts unacknowledged deliveries, from statistics a quorum queue reports
     every few seconds: right after a Ctrl+C they still count the delivery
@@ -678,7 +683,7 @@ class _NoRedirects(HTTPRedirectHandler):
 _MANAGEMENT_OPENER = build_opener(_NoRedirects)
 
 
-def management_queue_info(queue: str | None = None) -> tuple[dict | None, str]:
+def management_queue_info(queue: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """The work queue (None: the default channel's) as the management API reports it (AMQP cannot tell how
     many deliveries are unacknowledged, nor where the replicas are). Tries
     each URL of RABBITMQ_MANAGEMENT_URL (`;`-separated on a cluster) within
@@ -736,7 +741,7 @@ def ping() -> None:
     """Open and close a connection within NIGHTJAR_BROKER_TIMEOUT: raises
     BrokerError if RabbitMQ is not there, frozen, or too slow to answer."""
 
-    def connect():
+    def connect() -> None:
         with short_channel("health check"):
             pass
 

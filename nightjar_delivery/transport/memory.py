@@ -15,6 +15,8 @@ import collections
 import itertools
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 from nightjar_delivery import conf
 from nightjar_delivery.transport import Backoff, BrokerError, Delivery, queue_name
@@ -107,7 +109,7 @@ class Consumer:
         with _lock:
             return self._take(dead=dead)
 
-    def consume(self, *, idle_seconds: float = 1.0):
+    def consume(self, *, idle_seconds: float = 1.0) -> Iterator[Delivery | None]:
         while True:
             with _lock:
                 delivery = self._take()
@@ -119,10 +121,10 @@ class Consumer:
     def waiting(self) -> list[bytes]:
         return []
 
-    def ack(self, tag, *, multiple: bool = False, flush: bool = True) -> None:
+    def ack(self, tag: int | str, *, multiple: bool = False, flush: bool = True) -> None:
         self.ack_many([tag], flush=flush)
 
-    def ack_many(self, tags: list, *, flush: bool = True, multiple: bool = True) -> None:
+    def ack_many(self, tags: list[int | str], *, flush: bool = True, multiple: bool = True) -> None:
         with _lock:
             _check("ack")
             for tag in tags:
@@ -133,14 +135,14 @@ class Consumer:
     def flush_acks(self) -> None:
         pass
 
-    def _give_back(self, tags: list, *, counted: bool) -> None:
+    def _give_back(self, tags: list[int | str], *, counted: bool) -> None:
         for tag in reversed(tags):
             delivery, _ = self._queue.unacked.pop(tag)
             attempts = delivery.attempts + 1 if counted else delivery.attempts
             self._queue.ready.appendleft(delivery._replace(redelivered=True, attempts=attempts))
         _lock.notify_all()
 
-    def requeue(self, tag) -> None:
+    def requeue(self, tag: int | str) -> None:
         """Hand back a delivery whose handling failed; it counts towards the delivery limit."""
         with _lock:
             _check("requeue")
@@ -166,7 +168,7 @@ class Consumer:
             self._queue.consumers -= 1
 
 
-def queue_counts(queue: str) -> dict:
+def queue_counts(queue: str) -> dict[str, Any]:
     with _lock:
         _check("queue status")
         counted = _queue(queue)

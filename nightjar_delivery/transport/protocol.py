@@ -28,13 +28,13 @@ class Consumer(Protocol):
     def waiting(self) -> list[bytes]:
         """Bodies already received and not yet handed out (read-ahead hints)."""
 
-    def ack(self, tag, *, multiple: bool = False, flush: bool = True) -> None:
+    def ack(self, tag: int | str, *, multiple: bool = False, flush: bool = True) -> None:
         """The broker may forget this delivery; flush=False may defer the send."""
 
-    def ack_many(self, tags: list, *, flush: bool = True) -> None:
+    def ack_many(self, tags: list[int | str], *, flush: bool = True) -> None:
         """Ack every one of these deliveries (one frame or round trip where the broker allows)."""
 
-    def requeue(self, tag) -> None:
+    def requeue(self, tag: int | str) -> None:
         """Hand the delivery back unacknowledged: it comes again, redelivered."""
 
     def stop_consuming(self) -> None:

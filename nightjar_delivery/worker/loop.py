@@ -1,8 +1,9 @@
-"""The Worker and its loop: one delivery (one batch) at a time (`take_one`),
-until empty (`drain`), or as a service until SIGTERM (`serve`), finishing the
-current delivery first; reconnecting with backoff when the broker goes away;
-Ctrl+C and SIGTERM. Its other jobs are the parts it is made of (see
-__init__.py)."""
+"""The Worker: the parts it is made of (see __init__.py), the way a delivery
+travels through them (take_one, try_process, process: receive -> screen ->
+handle -> settle -> report, top to bottom), and its runs: one delivery (one
+batch) at a time (`once`), until empty (`drain`), or as a service until
+SIGTERM (`serve`), finishing the current delivery first; reconnecting with
+backoff when the broker goes away; Ctrl+C and SIGTERM."""
 
 import logging
 import os
@@ -11,17 +12,18 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
+from functools import partial
 from typing import TextIO
 
+from django.db import router
 from django.utils import timezone
 
 from nightjar_delivery import channel, reconcile, transport
 from nightjar_delivery.checkpoints import Pause
-from nightjar_delivery.worker.failures import Failures
-from nightjar_delivery.worker.handle import Handling
-from nightjar_delivery.worker.report import Reporting
-from nightjar_delivery.worker.screen import Screening
+from nightjar_delivery.worker.receive import Receiver
+from nightjar_delivery.worker.report import Connections, Report
+from nightjar_delivery.worker.screen import Screen
+from nightjar_delivery.worker.settle import Settler
 
 logger = logging.getLogger("nightjar_delivery.worker")  # the name its log lines always carried
 
@@ -43,11 +45,17 @@ def _interrupted() -> None:
 
 
 RECONNECT_BACKOFF_MAX = 30.0  # seconds: the reconnect backoff doubles up to this
+# After a failed delivery, wait this long before handing it back, so a worker
+# facing a locked or unavailable database does not spin through redeliveries.
+RETRY_PAUSE = 2.0
 
 
-class Worker(Screening, Handling, Failures, Reporting):
+class Worker:
     """Takes a channel's deliveries and runs its handler, never acking on an
-    error. Its state is set here; each part says which of it is its own."""
+    error. Made of parts that each own their state (a receiver, a screen, a
+    settler, a report, the database connection's check); it keeps only what
+    it was given and whether it is shutting down. The way of a delivery is
+    take_one -> try_process -> process, in this order below."""
 
     def __init__(
         self,
@@ -65,68 +73,163 @@ class Worker(Screening, Handling, Failures, Reporting):
         self.handler = handler
         self.channel = channel.current()  # what the bodies mean, where records go
         self.batch = batch
-        self.batch_seconds = batch_ms / 1000
         self.pause = pause
         self.stdout = stdout or sys.stdout
         self.prefetch = prefetch
         self.reconcile_every = reconcile_every
         self.reconcile_options = reconcile_options or {}
         self.name = f"{socket.gethostname()}:{os.getpid()}"
-        self.consumer: transport.Consumer | None = None
-        # Queued acks only in service mode without checkpoints: a learner who
-        # pauses or kills the worker must find every ack already sent.
-        self.flush_acks = True
         self.shutdown = False
-        self.handled = 0
-        self.rejected = 0
-        self.failed = 0
-        self.current: transport.Delivery | None = None  # the delivery the handler is on
-        self.current_acked = False
-        self.handed_back = 0
-        self.on = ""  # what the report says the worker is on (or was on last)
-        self.started = timezone.now()
-        self.health_file = Path(health_file) if health_file else None
-        self.last_beat = 0.0
-        self.health_failures = 0  # touches failed in a row (said once)
-        self.last_report = 0.0
-        self.reports_as_service = False
-        self.runs = "one delivery"  # what the report calls a run that is not a service: drain() says "drain"
-        self.connections_suspect = False
-        self.last_connection_check = 0.0
-        # Rows read ahead for deliveries already received (see stored).
-        self.ahead: dict[int, tuple[str, float]] = {}
-        self.ahead_read = 0.0
+        ch, name, say = self.channel, self.name, self.say
+        self.receiver = Receiver(
+            channel=ch, name=name, prefetch=prefetch, batch=batch, batch_ms=batch_ms, say=say, stopping=self.stopping
+        )
+        self.screen = Screen(channel=ch, name=name, receiver=self.receiver)
+        self.settler = Settler(channel=ch, name=name, receiver=self.receiver, say=say)
+        self.connections = Connections()
+        self.report = Report(
+            channel=ch,
+            name=name,
+            settler=self.settler,
+            connections=self.connections,
+            health_file=health_file,
+            batch=batch,
+            prefetch=prefetch,
+            reconcile_every=reconcile_every,
+            pause=pause,
+        )
 
     def say(self, line: str) -> None:
         # Flushed at once: learners and tests read these lines as they happen.
         self.stdout.write(line + "\n")
         self.stdout.flush()
 
-    def connect(self) -> None:
-        self.consumer = transport.Consumer(prefetch=self.prefetch, queue=self.channel.queue)
-        if self.pause is not None:
-            keepalive = self.consumer.keepalive
-            self.pause.keepalive = lambda seconds: (self.beat(), keepalive(seconds))
+    def stopping(self) -> bool:
+        return self.shutdown
 
-    def close(self) -> None:
-        if self.consumer is not None:
-            self.consumer.close()
-            self.consumer = None
+    # -- the way of a delivery: receive -> screen -> handle -> settle -> report --
 
     def take_one(self) -> bool:
         """Process one ready delivery (one batch in batch mode); False when
         nothing was ready. Raises the first error, after the rest of a batch
         was handled one by one (the failed deliveries stay unacked)."""
-        work = self.collect_batch() if self.batch else self.one(self.consumer.get())
-        self.record_lost()
+        work = self.receiver.take()  # receive
+        self.receiver.record_lost()
         if not work:
             return False
-        failed = self.try_process(work)
-        for delivery, _ in failed:
-            self.consumer.requeue(delivery.tag)  # a failure: counted by the broker, whatever its version
+        failed = self.try_process(work)  # screen, handle, settle, report
+        self.settler.hand_back(failed, counted=False)  # a failure: counted by the broker, whatever its version
         if failed:
             raise failed[0][1]
         return True
+
+    def try_process(
+        self, work: list[transport.Delivery], *, one_by_one: bool = False
+    ) -> list[tuple[transport.Delivery, Exception]]:
+        """Process a batch (one delivery outside batch mode, and when a failed
+        batch is retried one delivery at a time, so one bad delivery never
+        takes its neighbours down with it); return what failed, with its
+        error, for the caller to hand back. Broker errors propagate."""
+        batch = self.batch and not one_by_one
+        if batch and len(work) > 1 and any(delivery.redelivered for delivery in work):
+            return self.each_alone(work)  # a worker may have died on one of them: see Settler.watch_for_death
+        started = self.settler.watch_for_death(work[0]) if len(work) == 1 and work[0].redelivered else None
+        if started is False:
+            return []  # parked: its deaths (or failures) reached the limit
+        try:
+            self.process(work, batch=bool(batch))  # outside batch mode (or one by one), a batch of one
+            return []
+        except (transport.BrokerError, BrokenPipeError):
+            raise  # the broker, or the reader of our output (`worker | head`): not this delivery's failure
+        except Exception as error:
+            if batch and len(work) > 1:
+                logger.exception("A batch of %d deliveries failed; handling them one by one", len(work))
+                return self.each_alone(work)
+            self.settler.forget_started(started)  # a failure, not a death
+            started = None  # (nothing left for the finally to forget)
+            self.connections.suspect()
+            return self.settler.fail(work[0], error)  # recorded; parked at the limit, else to hand back
+        finally:
+            self.settler.forget_started(started)  # still alive (done, failed, interrupted): nothing to charge
+
+    def process(self, deliveries: list[transport.Delivery], *, batch: bool = False) -> None:
+        """Screen the deliveries, hand what passed to the handler, settle each
+        with the broker, report: one transaction and one ack for them all in
+        batch mode (the channel's handle_batch), else the per-delivery handler
+        for the one delivery (it acks after its own commit). Raises on a
+        database error, leaving what was not acked unacked."""
+        self.connections.check()
+        started = time.perf_counter()
+        accepted, rejections, stored = self.screen.check(deliveries, batch=batch)
+        # The database transport: the ack joins the handler's commit (transport.ack_within).
+        with self.receiver.ack_within(deliveries, using=router.db_for_write(self.channel.intent_model)):
+            channel = self.channel
+            if batch:
+                messages = [message for _, message, _ in accepted]
+                if accepted:
+                    self.say(
+                        "\n".join(
+                            f"Received {channel.label(key)} redelivered={d.redelivered}" for d, _, key in accepted
+                        )
+                    )
+                    keys = [key for _, _, key in accepted]
+                    self.settler.begin_batch(
+                        f"batch of {len(deliveries)}, {channel.label(min(keys))}–{channel.label(max(keys))}"
+                    )
+                # Handled, its rejections recorded, in one transaction; then one ack for the batch.
+                new = channel.handle_batch(messages, rejections, self.settler.ack_batch(deliveries), self.pause, stored)
+                for delivery, reason in rejections:
+                    self.say(f"Rejected a delivery redelivered={delivery.redelivered}: {reason}")
+                made = [stored[pk][1] for pk in new or ()]
+                self.report.measure(
+                    started, handled=len(messages), rejected=len(rejections), made=made, batch_size=len(deliveries)
+                )
+                self.say("Handler returned.")
+                return
+            for delivery, reason in rejections:
+                self.settler.reject(delivery, reason)  # recorded, then acked
+                self.report.rejected_one()
+            for delivery, message, key in accepted:
+                code = channel.label(key)
+                self.say(f"Received {code} redelivered={delivery.redelivered}")
+                self.settler.begin(delivery, code)
+                since = timezone.now() if delivery.redelivered else None
+                self.handler(message, partial(self.settler.ack_current, delivery), self.pause)  # acks after its commit
+                # The handler does not say whether it made the outcome. A first delivery almost always
+                # does; a redelivery (after a crash: the slow cases the latency metric is for) may or
+                # may not, so for those the channel says (made_since: one query, for redeliveries only).
+                made_now = not delivery.redelivered or self.report.made_since(key, since)
+                self.report.measure(started, handled=1, made=[stored[key][1]] if made_now else [])
+                self.say("Handler returned.")
+
+    def each_alone(self, work: list[transport.Delivery]) -> list[tuple[transport.Delivery, Exception]]:
+        """A batch's deliveries one at a time, each in a transaction of its own,
+        each ack sent at once (Settler.acks_at_once)."""
+        with self.settler.acks_at_once():
+            return [failure for delivery in work for failure in self.try_process([delivery], one_by_one=True)]
+
+    def process_or_hand_back(self, work: list[transport.Delivery]) -> None:
+        """Service mode: what failed is handed back unacked after a pause, so
+        a worker facing a locked database does not spin through redeliveries."""
+        failed = self.try_process(work)
+        if failed:
+            self.sleep(RETRY_PAUSE, keepalive=True)
+            self.settler.hand_back(failed)
+
+    # -- runs: one delivery, a drain, a service --
+
+    def connect(self) -> None:
+        self.receiver.connect()
+        if self.pause is not None:
+
+            def keepalive(seconds: float) -> None:  # paused at a checkpoint: still reported, still connected
+                self.report.beat()
+                self.receiver.keepalive(seconds)
+
+            self.pause.keepalive = keepalive
+
+    def close(self) -> None:
+        self.receiver.close()
 
     def once(self) -> bool:
         """The plain `worker`: one delivery. A run that reported while it was
@@ -134,43 +237,27 @@ class Worker(Screening, Handling, Failures, Reporting):
         try:
             return self.take_one()
         finally:
-            if self.last_report:
-                self.report(stopped=True)
-
-    def collect_batch(self, *, first_wait: float = 1.0) -> list[transport.Delivery]:
-        """Up to `batch` deliveries, or fewer when batch_ms pass without one.
-        The first one may take up to first_wait (the consumer is just starting)."""
-        deliveries: list[transport.Delivery] = []
-        idle = 0.0
-        for delivery in self.consumer.consume(idle_seconds=self.batch_seconds):
-            if delivery is None:
-                idle += self.batch_seconds
-                if deliveries or idle >= first_wait or self.shutdown:
-                    break
-                continue
-            deliveries.append(delivery)
-            if len(deliveries) >= self.batch:
-                break
-        return deliveries
+            if self.report.has_saved():
+                self.report.save(stopped=True)
 
     def drain(self) -> int:
         """Take deliveries until none is ready; returns how many."""
-        self.runs = "drain"
-        self.report()
+        self.report.runs_as("drain")
+        self.report.save()
         try:
             while not self.shutdown and self.take_one():
-                self.beat()
+                self.report.beat()
         finally:
-            self.report(stopped=True)
-        return self.handled + self.rejected
+            self.report.save(stopped=True)
+        return sum(self.report.totals())
 
     def serve(self) -> None:
         """Consume until SIGTERM/SIGINT, reconnecting with backoff when
         RabbitMQ goes away. A failed delivery is logged and handed back."""
         self.install_signal_handlers()
-        self.reports_as_service = True
-        self.flush_acks = self.pause is not None
-        self.report()
+        self.report.runs_as("serve", service=True)
+        self.settler.defer_acks(self.pause is None)
+        self.report.save()
         backoff = 1.0
         last_reconcile = time.monotonic()
         try:
@@ -178,20 +265,20 @@ class Worker(Screening, Handling, Failures, Reporting):
                 try:
                     self.connect()
                     self.say(
-                        f"Serving {self.channel.queue} from {self.consumer.node} (prefetch {self.prefetch});"
+                        f"Serving {self.channel.queue} from {self.receiver.node()} (prefetch {self.prefetch});"
                         " stop with Ctrl+C or SIGTERM."
                     )
                     backoff = 1.0
-                    for delivery in self.deliveries():
-                        self.beat()
-                        self.record_lost()
+                    for delivery in self.receiver.deliveries():
+                        self.report.beat()
+                        self.receiver.record_lost()
                         if delivery:  # a list: one delivery, or a batch
                             self.process_or_hand_back(delivery)
                         if self.reconcile_every and time.monotonic() - last_reconcile >= self.reconcile_every:
                             last_reconcile = time.monotonic()
                             self.reconcile()
                         if self.shutdown:
-                            self.consumer.stop_consuming()
+                            self.receiver.stop()
                             break
                 except transport.BrokerError as error:
                     if self.shutdown:
@@ -205,23 +292,8 @@ class Worker(Screening, Handling, Failures, Reporting):
                     self.close()
         finally:
             # Also after Ctrl+C at a pause: the desk must not list it running.
-            self.report(stopped=True)
-        self.say(f"Stopped after {self.handled} deliveries.")
-
-    @staticmethod
-    def one(delivery: transport.Delivery | None) -> list[transport.Delivery]:
-        """A delivery as a batch of one (nothing as an empty one)."""
-        return [delivery] if delivery is not None else []
-
-    def deliveries(self):
-        """Yield lists: of one delivery, or a batch in batch mode; an empty
-        one now and then when idle, so the loop can look at its flags."""
-        if not self.batch:
-            for delivery in self.consumer.consume(idle_seconds=0.5):
-                yield self.one(delivery)
-            return
-        while True:
-            yield self.collect_batch(first_wait=0.5)
+            self.report.save(stopped=True)
+        self.say(f"Stopped after {self.report.totals()[0]} deliveries.")
 
     def reconcile(self) -> None:
         try:
@@ -240,11 +312,15 @@ class Worker(Screening, Handling, Failures, Reporting):
         """Sleep in short slices, waking for shutdown (and heartbeats)."""
         deadline = time.monotonic() + seconds
         while not self.shutdown and time.monotonic() < deadline:
-            self.beat()
-            if keepalive and self.consumer is not None:
-                self.consumer.keepalive(0.2)
+            self.report.beat()
+            if keepalive and self.receiver.can_keep_alive():
+                self.receiver.keepalive(0.2)
             else:
                 time.sleep(0.2)
+
+    def interrupted(self) -> str:
+        """What a Ctrl+C at a checkpoint did to the delivery under way (the settler knows)."""
+        return self.settler.interrupted()
 
     def install_interrupt_handler(self) -> None:
         """Outside service mode: Ctrl+C raises KeyboardInterrupt wherever the

@@ -1,26 +1,35 @@
-"""Screening, the one path for a batch of one as for a batch: decode each
-body (the channel's contract), read the stored intents in one query (a single
+"""Screen, the one path for a batch of one as for a batch: decode each body
+(the channel's contract), read the stored intents in one query (a single
 delivery's with those already waiting: read_ahead), note the redeliveries for
 staff, and check each message against its own stored intent."""
 
 import time
 
 from nightjar_delivery import recording, transport
+from nightjar_delivery.channel import Channel
 from nightjar_delivery.codec import ContractError
+from nightjar_delivery.worker.receive import Receiver
 
 
-class Screening:
-    """A Worker's screening. Owns the rows read ahead (ahead, ahead_read);
-    uses the worker's channel, consumer, prefetch and name."""
+class Screen:
+    """Owns the rows read ahead (ahead, ahead_read): a single delivery's row
+    is read with those of the deliveries waiting in the receiver."""
 
-    def screen(self, deliveries: list[transport.Delivery], *, batch: bool) -> tuple[list, list, dict]:
-        """The one screening path, for a batch of one as for a batch: decode
-        every body (the contract), read the stored intents in one query
-        (outside batch mode with those of the deliveries already waiting: see
-        read_ahead), note redeliveries, and check each message against its
-        own stored intent. Returns (accepted: [(delivery, message, key)],
-        rejections: [(delivery, reason)], stored: {key: (what, when stored)});
-        the caller records the rejections before it acks them."""
+    def __init__(self, *, channel: Channel, name: str, receiver: Receiver) -> None:
+        self.channel = channel
+        self.name = name
+        self.receiver = receiver
+        # Rows read ahead for deliveries already received (see read_ahead).
+        self.ahead: dict[int, tuple[object, float]] = {}
+        self.ahead_read = 0.0
+
+    def check(self, deliveries: list[transport.Delivery], *, batch: bool) -> tuple[list, list, dict]:
+        """Decode every body (the contract), read the stored intents in one
+        query (outside batch mode with those of the deliveries already
+        waiting: see read_ahead), note redeliveries, and check each message
+        against its own stored intent. Returns (accepted: [(delivery,
+        message, key)], rejections: [(delivery, reason)], stored: {key: (what,
+        when stored)}); the settler records the rejections before it acks them."""
         channel = self.channel
         decoded, rejections = [], []
         for delivery in deliveries:
@@ -54,14 +63,14 @@ class Screening:
 
     def read_ahead(self, key: int) -> dict[int, tuple[object, float]]:
         """The stored intent of one delivery ({} if there is none), read in one
-        query with those of the deliveries already waiting in the consumer's
-        buffer, as a batch reads its own: a delivery finds its row read at
-        most a second before (else read again) and each row serves one
-        delivery. Saves a query per delivery — on PostgreSQL a round trip
+        query with those of the deliveries already waiting in the receiver,
+        as a batch reads its own: a delivery finds its row read at most a
+        second before (else read again) and each row serves one delivery.
+        Saves a query per delivery — on PostgreSQL a round trip
         (bin/benchmark.py, pairs)."""
         if time.monotonic() - self.ahead_read < 1.0 and key in self.ahead:
             return {key: self.ahead.pop(key)}
-        ids = {key} | self.channel.hinted_ids(self.consumer.waiting()[: self.prefetch])
+        ids = {key} | self.channel.hinted_ids(self.receiver.waiting())
         self.ahead, self.ahead_read = self.channel.stored(ids), time.monotonic()
         found = self.ahead.pop(key, None)
         return {key: found} if found is not None else {}

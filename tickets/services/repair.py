@@ -9,6 +9,7 @@ from django.db import transaction
 from tickets.models import Completion, Registration, Ticket
 from tickets.services.registrations import NightjarError, find_registration
 from tickets.services.staff import record_staff_action
+from tickets.services.tickets import issue_ticket
 
 
 class RepairRefused(NightjarError):
@@ -84,7 +85,7 @@ def repair_registration(*, code: str, actor: str) -> RepairPlan:
         plan = _plan(registration)
         Ticket.objects.filter(pk__in=[ticket.pk for ticket in plan.delete]).delete()
         if plan.keep is None:
-            Ticket.objects.issue(registration_id=registration.pk, name=registration.name)
+            issue_ticket(registration_id=registration.pk, name=registration.name)
         Completion.objects.get_or_create(registration=plan.registration)
         record_staff_action(actor=actor, action="repair", registration=registration, detail=plan.summary())
         plan.applied = True

@@ -25,7 +25,7 @@ def worker_without_time_limit(argv: list[str]) -> int:
 
     from nightjar_tasks import limits
 
-    limits.Limit = lambda seconds: contextlib.nullcontext()  # the runner looks it up per task
+    limits.Limit = lambda *args, **kwargs: contextlib.nullcontext()  # the runner looks it up per task
     execute_from_command_line(["manage.py", *argv])
     return 0
 

@@ -93,7 +93,10 @@ class Command(BaseCommand):
             "--reconcile-every",
             type=float,
             metavar="SECONDS",
-            help="In --serve, republish the channel's intents whose publish was lost, this often (as reconcile does).",
+            help=(
+                "In --serve, republish the channel's intents whose publish was lost, this often (as reconcile does);"
+                " default: the channel's own (the tasks': 5, for their retries), else none; 0: none."
+            ),
         )
         parser.add_argument(
             "--limit", type=int, default=100, help="With --reconcile-every: per reconcile pass (default 100)."
@@ -159,6 +162,13 @@ class Command(BaseCommand):
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
         channel = exits.select_channel(options["channel"])
+        if options["batch"] and channel.effects_outside_database:
+            raise CommandError(
+                f"The {channel.name} channel's handler has effects outside the database (effects_outside_database), "
+                "so it runs one delivery at a time: a failed batch is retried delivery by delivery, which would "
+                "repeat what its neighbours already did. Run it without --batch.",
+                returncode=exits.USAGE,
+            )
         try:
             # Loaded before any delivery is taken: a broken file leaves every delivery in RabbitMQ.
             handler = channel.load_handler(options["handler"] or channel.default_handler())
@@ -189,7 +199,11 @@ class Command(BaseCommand):
             pause=pause,
             stdout=self.stdout,
             prefetch=self.prefetch(options),
-            reconcile_every=options["reconcile_every"],
+            reconcile_every=(
+                options["reconcile_every"]
+                if options["reconcile_every"] is not None or not options["serve"]
+                else channel.serve_reconcile_every
+            ),
             reconcile_options={"limit": options["limit"], "older_than": options["older_than"]},
             batch=options["batch"],
             batch_ms=options["batch_ms"],
