@@ -191,6 +191,7 @@ class _Publication:
         # NIGHTJAR_BROKER_TIMEOUT from when the thread takes it.
         self.deadline = deadline
         self.on_failure = on_failure  # publish_soon's: told of the error, on the publisher thread
+        self.skipped = False  # not tried: the broker failed moments ago (Backoff)
         self.refusals = 0
         self.error: BrokerError | None = None
         self.done = threading.Event()
@@ -200,8 +201,9 @@ class _PublisherThread(threading.Thread):
     """Owns one confirmed connection and publishes what it is handed, one at
     a time. Only this thread touches the connection (pika is not thread-safe)."""
 
-    def __init__(self, on_finished: Callable[[_Publication], None]) -> None:
+    def __init__(self, on_finished: Callable[[_Publication], None], backoff: Backoff) -> None:
         super().__init__(name="nightjar-publisher", daemon=True)
+        self.backoff = backoff  # the Publisher's: publish_soon's jobs skip a broker that failed moments ago
         self.jobs: queue.SimpleQueue[_Publication | None] = queue.SimpleQueue()
         self.on_finished = on_finished
         self.connection: pika.BlockingConnection | None = None
@@ -219,6 +221,12 @@ class _PublisherThread(threading.Thread):
                 job.deadline = time.monotonic() + conf.NIGHTJAR_BROKER_TIMEOUT
             self.busy_since = time.monotonic()
             try:
+                if job.on_failure is not None:
+                    # Nobody waits for it: a broker that failed moments ago is not tried again for each
+                    # of the publishes queued behind (as a caller's publish is not: Backoff).
+                    job.skipped = True
+                    self.backoff.check()
+                    job.skipped = False
                 self.publish(job)
             except BrokerError as error:
                 job.error = error
@@ -378,17 +386,22 @@ class Publisher:
         thread.jobs.put(_Publication(body, message_id, None, queue, on_failure))
 
     def _flush(self) -> None:
-        """At the process's exit: the publishes handed to the thread get their
-        deadline to go out (a web process's last enqueues are not left to
-        reconcile's period when the broker is up)."""
-        deadline = time.monotonic() + conf.NIGHTJAR_BROKER_TIMEOUT
-        while self._waiting > 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        """At the process's exit: what was handed to the thread goes out
+        while the thread makes progress (a command that enqueued many tasks
+        leaves none to reconcile's period when the broker is up); given up
+        when no publish has finished for NIGHTJAR_BROKER_TIMEOUT (the broker
+        frozen: reconcile's, as a process killed at that moment would leave them)."""
+        with self._room:
+            while self._waiting > 0:
+                before = self._waiting
+                self._room.wait_for(lambda before=before: self._waiting < before, timeout=conf.NIGHTJAR_BROKER_TIMEOUT)
+                if self._waiting >= before:
+                    return
 
     def _started_thread(self) -> _PublisherThread:
         with self._thread_lock:
             if self._thread is None:
-                self._thread = _PublisherThread(self._finished)
+                self._thread = _PublisherThread(self._finished, self._backoff)
                 self._thread.start()
             return self._thread
 
@@ -404,7 +417,7 @@ class Publisher:
             self._backoff.succeeded()
             return
         # As publish() does: only a broker that cannot be reached makes the next publishes skip it.
-        if not isinstance(job.error, Refused):
+        if not isinstance(job.error, Refused) and not job.skipped:
             self._backoff.failed()
         try:
             job.on_failure(job.error)
