@@ -120,6 +120,23 @@ def test_a_process_that_dies_after_the_enqueue_commit_leaves_a_task_reconcile_pu
     assert list(Group.objects.values_list("name", flat=True)) == ["after the crash"]
 
 
+def test_a_command_that_enqueues_many_and_exits_leaves_every_task_published(worker_env, settings):
+    """enqueue() returns before the broker's confirm (issue 51): at a normal
+    exit the process first sends what its publisher thread still holds, so
+    none of them waits for reconcile's grace period."""
+    enqueued = manage(
+        worker_env,
+        "shell",
+        "--verbosity",
+        "0",
+        "-c",
+        "from tests.task_functions import add\nfor n in range(300): add.enqueue(n, n)",
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert "not published" not in enqueued.stderr
+    assert transport.queue_counts(settings.NIGHTJAR_TASKS_QUEUE)["ready"] == 300
+
+
 @pytest.mark.parametrize("broker", ["down", "frozen"])
 def test_enqueue_with_the_broker_stopped_runs_after_it_returns(broker, rabbit, workers, worker_env):
     with getattr(rabbit, broker)():
