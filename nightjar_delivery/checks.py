@@ -89,13 +89,13 @@ def management_api_over_plain_http(app_configs, **kwargs):
 
 
 @checks.register()
-def channels_have_queues_of_their_own(app_configs, **kwargs):
+def channels_have_queues_of_their_own(app_configs: object, **kwargs: object) -> list[checks.CheckMessage]:
     """Two channels on one queue would take each other's deliveries (and
     reject them as broken bodies): each registered channel needs its own."""
     from nightjar_delivery import channel as channels
 
     by_queue: dict[str, list[str]] = {}
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for channel in channels.all():
         if channel.queue.strip():
             by_queue.setdefault(channel.queue, []).append(channel.name)

@@ -88,7 +88,7 @@ def sqlite_lock_budget(alias: str) -> float | None:
     return float(connection.settings_dict.get("OPTIONS", {}).get("timeout", SQLITE_DEFAULT_TIMEOUT)) / 2
 
 
-_armed = None  # the Limit of the body running now, if any
+_armed: "Limit | None" = None  # the Limit of the body running now, if any
 # The main thread's connection of each alias (connections[alias] costs ~5 µs a task; the
 # watchdog's thread has connections of its own, so it is handed the body's).
 _main_connections: dict = {}
@@ -202,7 +202,7 @@ class Watchdog:
     as any death is (nightjar_delivery's watch_for_death)."""
 
     def __init__(self) -> None:
-        self.pid = None
+        self.pid: int | None = None
 
     def start(self) -> None:
         self.pid = os.getpid()  # (a forked worker starts its own: threads do not survive a fork)
@@ -217,6 +217,7 @@ class Watchdog:
             if left > 0:
                 time.sleep(left)
                 continue
+            assert limit is not None  # (nothing armed: it slept above)
             with _disarming:
                 if _armed is not limit:
                     continue  # it returned meanwhile

@@ -46,6 +46,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -82,7 +83,7 @@ def alias() -> str:
 
 
 def _errors() -> tuple:
-    found = [DjangoDatabaseError, sqlite3.Error, ConnectionDoesNotExist, OSError, ValueError]
+    found: list[type[Exception]] = [DjangoDatabaseError, sqlite3.Error, ConnectionDoesNotExist, OSError, ValueError]
     with contextlib.suppress(ImportError):
         import psycopg
 
@@ -200,14 +201,16 @@ class Consumer:
         self.lost: list[str] = []  # nothing is ever trimmed here
         self.using = alias()
         self.vendor = vendor(self.using)
-        self.claimer = f"{conf.NIGHTJAR_CONSUMER_NAME or socket.gethostname()}:{os.getpid()}:{next(_numbers)}"[:255]
+        # host:pid:n — the host and pid are SQLite's test of a holder that is gone.
+        self.claimer = f"{socket.gethostname()}:{os.getpid()}:{next(_numbers)}"[:255]
         self._lock = threading.RLock()  # one statement at a time on the connection (the keeper thread shares it)
         self._buffer: collections.deque[Delivery] = collections.deque()  # claimed, not yet handed out
         self._held: set[int] = set()  # claimed and not acked (handed out or buffered)
         self._deferred: list[int] = []  # acks sent with the next statement (flush=False)
-        self.acked_in_transaction: set[int] = set()  # acked in the handler's transaction (ack_within)
+        self.acked_in_transaction: set[int | str] = set()  # acked in the handler's transaction (ack_within)
         self._stopped = threading.Event()
-        self._own = self._listen = None
+        self._own: Any = None  # its own connection (a Django database wrapper), opened below
+        self._listen: Any = None  # PostgreSQL: the LISTEN connection (psycopg's)
         self._last_rescue = 0.0
         self._poll = POLL_FIRST
         now = NOW[self.vendor]
@@ -321,7 +324,7 @@ class Consumer:
                 rows=False,
             )
             return
-        here = f"{conf.NIGHTJAR_CONSUMER_NAME or socket.gethostname()}:"
+        here = f"{socket.gethostname()}:"
         holders = self._run(
             f"SELECT DISTINCT holder, claimed_by FROM {TABLE} WHERE queue = %s AND lease_until > {now}", [self.queue]
         )
@@ -428,8 +431,11 @@ class Consumer:
     def ack_many(self, tags: list, *, flush: bool = True) -> None:
         """DELETE the rows (those ack_within deleted already: nothing); flush=False
         sends it with the next claim (or keepalive, close, past the prefetch)."""
-        tags = [tag for tag in tags if tag not in self.acked_in_transaction or self.acked_in_transaction.discard(tag)]
-        self._deferred += tags
+        for tag in tags:
+            if tag in self.acked_in_transaction:
+                self.acked_in_transaction.discard(tag)  # deleted with the handler's commit
+            else:
+                self._deferred.append(tag)
         if flush or len(self._deferred) > self.prefetch:
             self.flush_acks()
 
