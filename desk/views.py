@@ -17,10 +17,9 @@ from desk import charts
 from door.services import arrivals
 from mail.models import Kind
 from mail.outbox import mail_activity, outbox_counts
-from nightjar_delivery import describe_replicas, transport
+from nightjar_delivery import actor, describe_replicas, transport
 from nightjar_tasks import schedules as tasks_schedules
 from nightjar_tasks import summary as tasks_summary
-from tickets.admin import actor
 from tickets.models import Registration
 from tickets.services import seats
 from tickets.services.activity import activity

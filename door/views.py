@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from door import conf, services
 from nightjar.ratelimit import count
-from nightjar_delivery import ContractError, load_json
+from nightjar_delivery import ContractError, actor, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,10 @@ def scans_allowed(request, scans: int) -> int:
     return max(0, min(scans, limit - (total - scans)))
 
 
-def actor(request) -> str:
+def scanner(request) -> str:
+    """Who scans (Scan.by): the staff user's name, compared between a phone's
+    scans (a resent one by someone else is refused). Not a trail's spelling
+    (nightjar_delivery.actor): a scan queued before an upgrade must still match."""
     return request.user.get_username()
 
 
@@ -104,7 +107,7 @@ def one_scan(request, body: dict) -> services.Answer:
     return services.scan_ticket(
         code=body.get("code"),
         scan_id=body.get("scan_id"),
-        actor=actor(request),
+        actor=scanner(request),
         door=body.get("door") or "",
         scanned=scanned_at(body.get("scanned_at")),
         offline=body.get("offline") is True,
@@ -252,7 +255,9 @@ def arrivals_page(request):
             return refusal_page(request, "door.change_checkin", "Undoing a check-in needs door.change_checkin.")
         try:
             check_in = services.undo_check_in(
-                ticket=request.POST.get("ticket", ""), actor=actor(request), reason=request.POST.get("reason", "")
+                ticket=request.POST.get("ticket", ""),
+                actor=actor(request, where="door"),
+                reason=request.POST.get("reason", ""),
             )
         except services.DoorError as error:
             messages.error(request, str(error))

@@ -8,8 +8,8 @@ from django.contrib import admin
 
 from mail.models import Mail
 from mail.staff import plan_resend, resend_mail
-from nightjar_delivery import Plan, plan_then_apply
-from tickets.admin import ReadOnlyInline, RegistrationAdmin, actor
+from nightjar_delivery import Plan, actor, plan_then_apply
+from tickets.admin import ReadOnlyInline, RegistrationAdmin
 from tickets.models import Registration
 from tickets.services.registrations import NightjarError
 

@@ -38,7 +38,8 @@ class State(models.TextChoices):
 class Mail(models.Model):
     """A mail to a guest: what it tells (kind), to whom, and how its sending goes."""
 
-    registration = models.ForeignKey(Registration, on_delete=models.PROTECT, related_name="mails")
+    # A registration deleted (only the lab's reset does) takes its mails with it.
+    registration = models.ForeignKey(Registration, on_delete=models.CASCADE, related_name="mails")
     kind = models.CharField(max_length=10, choices=Kind.choices)
     address = models.EmailField(max_length=254)
     message_id = models.CharField("Message-ID", max_length=200, unique=True, default=new_message_id, editable=False)

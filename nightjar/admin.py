@@ -8,7 +8,7 @@ from django.contrib import admin
 
 from nightjar.models import StaffSession
 from nightjar.staffsessions import describe, end_staff_session
-from nightjar_delivery import Plan, plan_then_apply
+from nightjar_delivery import Plan, actor, plan_then_apply
 
 
 @admin.register(StaffSession)
@@ -36,7 +36,7 @@ class StaffSessionAdmin(admin.ModelAdmin):
     @admin.action(description="End these sessions (signed out at their next request)", permissions=["end"])
     def end_sessions(self, request, queryset):
         chosen = list(queryset.select_related("user").order_by("-last_seen")[:200])
-        who = f"{request.user.get_username()} (admin)"
+        who = actor(request)
         plan = Plan(
             action="end_sessions",
             title="End staff sessions",

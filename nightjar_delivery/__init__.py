@@ -19,7 +19,9 @@ them. Each name is here because a user needs it:
   AbstractParkedDelivery, AbstractWorkerReport: the record models a user
   subclasses (as AbstractUser); record_rejection for a batch handler; park,
   the one way to park an intent (the tasks park a task out of attempts).
-- Plan, plan_then_apply, staff_reason: the admin's plan-then-confirm page.
+- Plan, plan_then_apply, staff_reason, ReadOnlyRecordAdmin: the admin's
+  plan-then-confirm page, and the read-only admin of the records.
+- actor: who a staff change is recorded as, spelt one way in every trail.
 - ContractError, load_json, storable_text, check_size: the codec a user's
   contract builds on.
 - checkpoint, Pause, CHECKPOINTS, CRASHES: the handler's pause points (the lab).
@@ -65,6 +67,8 @@ _PUBLIC = {
     "Plan": "admin_plans",
     "plan_then_apply": "admin_plans",
     "staff_reason": "admin_plans:reason",
+    "ReadOnlyRecordAdmin": "admin",
+    "actor": "actors",
     "ContractError": "codec",
     "load_json": "codec",
     "storable_text": "codec",
@@ -110,6 +114,8 @@ if TYPE_CHECKING:
     from nightjar_delivery import exits as exits
     from nightjar_delivery import sql as sql
     from nightjar_delivery import transport as transport
+    from nightjar_delivery.actors import actor as actor
+    from nightjar_delivery.admin import ReadOnlyRecordAdmin as ReadOnlyRecordAdmin
     from nightjar_delivery.admin_plans import Plan as Plan
     from nightjar_delivery.admin_plans import plan_then_apply as plan_then_apply
     from nightjar_delivery.channel import Channel as Channel

@@ -41,7 +41,6 @@ is named by an integer key. A message is the user's checked form of a body
 """
 
 import abc
-import getpass
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -51,7 +50,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import conf, transport
+from nightjar_delivery import actors, conf, transport
 from nightjar_delivery.transport import Delivery
 
 if TYPE_CHECKING:
@@ -275,25 +274,27 @@ class Channel(abc.ABC):
         record is resolved."""
 
     def actor(self, command: str) -> str:
-        """Who a command-line staff action is recorded as."""
-        try:
-            return f"{getpass.getuser()} (manage.py {command})"[:150]
-        except Exception:  # no user name (a container without an entry in /etc/passwd)
-            return f"manage.py {command}"
+        """Who a command-line staff action is recorded as (nightjar_delivery.actor's one spelling)."""
+        return actors.actor(command=command)
 
     # -- what only the web reads --
 
+    def pending_now(self):
+        """A QuerySet of intent_model: what the pending gauge counts (by default due() now)."""
+        return self.due(stored_before=timezone.now())
+
+    def parked_waiting(self):
+        """A QuerySet of parked_model: this channel's parked records waiting for staff (the parked gauge)."""
+        return self.parked_model.objects.filter(resolution="")
+
     def gauges(self) -> dict:
-        """Scrape-time gauges: {"pending": n, "parked": n, "queue": counts or {}}."""
+        """Scrape-time gauges: {"pending": n, "parked": n, "queue": counts or {}}
+        (pending_now() and parked_waiting() counted, the broker's counts of the queue)."""
         try:
             counts = transport.queue_counts(self.queue)
         except transport.BrokerError:
             counts = {}
-        return {
-            "pending": self.due(stored_before=timezone.now()).count(),
-            "parked": self.parked_model.objects.filter(resolution="").count(),
-            "queue": counts,
-        }
+        return {"pending": self.pending_now().count(), "parked": self.parked_waiting().count(), "queue": counts}
 
 
 def problems(channel: "Channel | type[Channel]") -> list[str]:

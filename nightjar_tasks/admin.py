@@ -17,7 +17,16 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import Plan, discard_parked, get_channel, plan_then_apply, requeue_parked, staff_reason
+from nightjar_delivery import (
+    Plan,
+    ReadOnlyRecordAdmin,
+    actor,
+    discard_parked,
+    get_channel,
+    plan_then_apply,
+    requeue_parked,
+    staff_reason,
+)
 from nightjar_tasks import conf, schedules
 from nightjar_tasks.cancelling import cancel_task
 from nightjar_tasks.compat import TaskResultStatus
@@ -45,12 +54,8 @@ class ParkedFilter(admin.SimpleListFilter):
         return queryset
 
 
-def actor(request) -> str:
-    return f"{request.user.get_username()} (admin)"
-
-
 @admin.register(TaskRecord)
-class TaskRecordAdmin(admin.ModelAdmin):
+class TaskRecordAdmin(ReadOnlyRecordAdmin):
     list_display = ("id", "task_path", "status", "queue_name", "attempts", "enqueued_at", "finished_at", "parked")
     list_filter = ("status", ParkedFilter, "queue_name", "task_path")
     search_fields = ("=id", "=enqueue_key")
@@ -123,14 +128,8 @@ class TaskRecordAdmin(admin.ModelAdmin):
             return queryset.filter(pk=int(term)) if len(term) <= 18 else queryset.none(), False
         return queryset.filter(enqueue_key=term) if term else queryset, False
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False  # rows change only through the worker and the two actions
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # finished results go with `nightjar_prune_tasks`
+    # Read-only (ReadOnlyRecordAdmin): rows change only through the worker and the actions;
+    # finished results go with `nightjar_prune_tasks`.
 
     def has_requeue_permission(self, request):
         return request.user.has_perm("nightjar_tasks.requeue_taskrecord")
@@ -237,16 +236,7 @@ class TaskRecordAdmin(admin.ModelAdmin):
 
 
 @admin.register(TaskStaffAction)
-class TaskStaffActionAdmin(admin.ModelAdmin):
+class TaskStaffActionAdmin(ReadOnlyRecordAdmin):
     list_display = ("at", "actor", "action", "task", "detail")
     list_filter = ("action",)
     show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -7,7 +7,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import Channel, ContractError, DomainError, HandlerError, register, transport
+from nightjar_delivery import Channel, ContractError, DomainError, HandlerError, register
 from nightjar_tasks import attempts, conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
@@ -148,16 +148,13 @@ class TasksChannel(Channel):
             published_at=timezone.now(),
         )
 
-    def gauges(self) -> dict:
-        try:
-            counts = transport.queue_counts(self.queue)
-        except transport.BrokerError:
-            counts = {}
-        return {
-            "pending": self.mine().filter(status=TaskResultStatus.READY).count(),
-            "parked": TaskParked.objects.filter(resolution="", task__queue_name=self.queue_name).count(),
-            "queue": counts,
-        }
+    # The engine's gauges, counted over this queue's tasks: every READY one (due or not) is pending.
+
+    def pending_now(self):
+        return self.mine().filter(status=TaskResultStatus.READY)
+
+    def parked_waiting(self):
+        return super().parked_waiting().filter(task__queue_name=self.queue_name)
 
 
 def register_channels() -> None:

@@ -200,6 +200,14 @@ def test_status_right_after_a_ctrl_c_at_after_commit_counts_the_queue_as_it_is_n
     worker.wait_for(f"Received {registration.code} redelivered=False")
     worker.wait_for("Paused after-commit.")
     held = queue_line(run("status"))
+    if transport.kind() == "database":
+        # The ack (the row's DELETE) committed with the ticket: nothing held, nothing comes back.
+        assert held.startswith("Queue: 0 ready, 0 unacknowledged, ") and held.endswith(" 0 dead-lettered"), held
+        worker.signal(signal.SIGINT)
+        assert worker.finish()[0] == 130
+        line = queue_line(run("status"))
+        assert line == "Queue: 0 ready, 0 unacknowledged, 0 consumers, 0 dead-lettered", line
+        return
     assert held.startswith("Queue: 0 ready, ") and " 0 unacknowledged" not in held, held
     assert held.endswith(", 1 consumers, 0 dead-lettered"), held
     worker.signal(signal.SIGINT)  # Ctrl+C

@@ -89,3 +89,25 @@ def test_a_url_naming_a_database_that_is_not_configured_is_an_error(settings):
     with pytest.raises(transport.BrokerError, match="DATABASES does not have"):
         settings.NIGHTJAR_BROKER_URL = "db://elsewhere"
         transport.Consumer(queue="q")
+
+
+def test_rows_held_by_a_worker_that_is_gone_come_back_at_once_not_at_the_lease(on_the_database):
+    """A row claimed for an hour by a holder that no longer exists (PostgreSQL: no such
+    backend; SQLite: no such process on this host, whatever its consumer name was)."""
+    import socket
+
+    from nightjar_delivery.models import Message
+
+    on_the_database.NIGHTJAR_CONSUMER_NAME = "another-service"  # not the dead worker's
+    transport.publish_raw([b"held by the dead"])
+    gone = 2**22 + 12345  # above any pid this machine hands out (pid_max is at most 2**22)
+    Message.objects.update(
+        claimed_by=f"{socket.gethostname()}:{gone}:1", holder=gone, deliveries=1, lease_until=time.time() + 3600
+    )
+    consumer = transport.Consumer(queue=transport.queue_name())
+    try:
+        delivery = take(consumer)
+        assert (delivery.body, delivery.redelivered, delivery.attempts) == (b"held by the dead", True, 1)
+        consumer.ack(delivery.tag)
+    finally:
+        consumer.close()

@@ -354,3 +354,14 @@ def test_a_mail_the_sender_cannot_handle_fails_alone_and_one_that_kills_every_se
     assert sender.claim_due() == []
     ada = Mail.objects.get(address="ada@example.org")
     assert ada.state == State.FAILED and ada.last_reply.startswith("Gave up after 2 attempts: the sender stopped")
+
+
+def test_the_labs_reset_takes_a_guests_mails_with_the_registration():
+    from tickets.services.demo import reset_demo, seed_demo
+
+    seed_demo()
+    register_guest(name="Lab Guest", email="learner@example.org")
+    drain()
+    assert Mail.objects.count() == 1
+    assert reset_demo() == 1  # (a mail's registration was protected: the reset failed with ProtectedError)
+    assert Mail.objects.count() == 0 and list(Registration.objects.values_list("pk", flat=True)) == [1]

@@ -66,6 +66,7 @@ def test_interruptions_alone_use_up_the_limit_but_the_registration_comes_back(lo
     who = {
         "amqp": "RabbitMQ before 4.3 counts returns too and past 2 moves it to the dead-letter queue",
         "redis_streams": "past 2 returns the worker moves it to the dead-letter stream",
+        "database": "past 2 returns the worker moves it to the dead-letter queue",
     }[transport.kind()]
     assert f"It has gone back 1 time(s); {who}, and the next reconcile publishes it again." in outputs[0]
     assert "It has gone back 3 time(s)" in outputs[-1]

@@ -13,13 +13,13 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from nightjar_delivery import channel as channels
 from nightjar_delivery import transport
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskRecord
 from tests import task_functions as tasks
 from tests.conftest import ROOT
 from tests.helpers import MODES
+from tickets.channel import RegistrationsChannel
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -158,7 +158,7 @@ def test_a_serving_tasks_worker_retries_without_being_told_a_reconcile_period(wo
     assert status == 0, output
     failing.refresh()
     assert (failing.status, failing.attempts) == (TaskResultStatus.FAILED, 2)  # retried once, then out of attempts
-    assert channels.get("tickets").serve_reconcile_every is None  # the lab's worker reconciles only when told
+    assert RegistrationsChannel.serve_reconcile_every is None  # the lab's worker reconciles only when told
 
 
 @pytest.mark.parametrize("with_key", [True, False], ids=["with-the-key", "without"])

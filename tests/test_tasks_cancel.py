@@ -4,6 +4,7 @@ worker claiming it at that moment exactly one of "ran" and "cancelled" wins —
 proven with a real worker process held at its checkpoints, per delivery and
 in batches, on SQLite and (the postgres mark) PostgreSQL."""
 
+import signal
 import threading
 
 import pytest
@@ -152,3 +153,22 @@ def test_a_cancel_just_before_the_worker_claims_the_task_wins_and_the_task_never
     assert not Group.objects.exists()
     assert cancelled(result)
     assert workers.run(*TASKS).stdout.strip() == "No ready tasks"  # acked: nothing is left
+
+
+@pytest.mark.broker
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_while_holding_the_task_lets_the_waiting_cancel_win_and_its_redelivery_runs_nothing(workers):
+    result = tasks.insert_row.enqueue("never")
+    worker = workers.start(*TASKS, "--pause", "inside-transaction")
+    worker.wait_for("Paused inside-transaction.")
+    thread, outcome = cancel_in_a_thread(result)  # waits for the worker's transaction
+    thread.join(timeout=1)
+    worker.signal(signal.SIGKILL)  # its transaction rolls back: the cancel goes through
+    worker.finish()
+    thread.join(timeout=30)
+    assert outcome == ["cancelled"]
+    rerun = workers.run(*TASKS)  # the broker redelivers the killed worker's delivery
+    assert f"Received task {result.id} redelivered=True" in rerun.stdout
+    assert not Group.objects.exists()
+    assert cancelled(result)

@@ -86,47 +86,25 @@ def test_two_schedulers_running_at_once_make_one_task_per_slot(worker_env, setti
     both = [
         subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in "ab"
     ]
-    try:
+
+    def until_tasks(count: int) -> None:
         deadline = time.monotonic() + 60
-        while TaskRecord.objects.count() < 4 and time.monotonic() < deadline:
+        while TaskRecord.objects.count() < count and time.monotonic() < deadline:
             time.sleep(0.2)
+
+    killed_output = ""
+    try:
+        until_tasks(3)
+        both[0].kill()  # SIGKILL, mid-pass or asleep: the other goes on alone
+        killed_output = both[0].communicate(timeout=30)[0]
+        until_tasks(TaskRecord.objects.count() + 2)
     finally:
         for process in both:
-            process.terminate()
-        said = [process.communicate(timeout=30)[0] for process in both]
-    assert [process.returncode for process in both] == [0, 0], said
+            if process.poll() is None:
+                process.terminate()
+        said = [killed_output, both[1].communicate(timeout=30)[0]]
+    assert both[1].returncode == 0, said
     keys = list(TaskRecord.objects.values_list("enqueue_key", flat=True))
-    assert len(keys) >= 4 and len(set(keys)) == len(keys)  # every slot once
-    assert sum(text.count("Enqueued") for text in said) == len(keys)  # and each by one of the two
-
-
-@pytest.mark.fast
-@pytest.mark.django_db(transaction=True)
-@override_settings(NIGHTJAR_TASKS_SCHEDULE=HOURLY)
-def test_the_admin_lists_each_schedule_its_next_slot_and_the_last_task_it_enqueued(staff):
-    (slot,) = schedules.enqueue_due()
-    tasks_page = staff.get("/admin/nightjar_tasks/taskrecord/").content.decode()
-    assert "/admin/nightjar_tasks/taskrecord/schedules/" in tasks_page
-    page = staff.get("/admin/nightjar_tasks/taskrecord/schedules/").content.decode()
-    assert "hourly-add" in page and "tests.task_functions.add" in page and "every 3600 s" in page
-    assert f"task {slot.task_id}</a>" in page and slot.key.removeprefix("schedule:hourly-add:") in page
-    assert "the latest of them runs once" in page
-
-
-@pytest.mark.fast
-@pytest.mark.django_db(transaction=True)
-def test_the_schedules_page_needs_the_permission_to_view_tasks(client):
-    from django.contrib.auth.models import User
-
-    client.force_login(User.objects.create_user("clerk", password="x", is_staff=True))
-    assert client.get("/admin/nightjar_tasks/taskrecord/schedules/").status_code == 403
-
-
-@pytest.mark.fast
-@pytest.mark.django_db(transaction=True)
-@override_settings(NIGHTJAR_TASKS_SCHEDULE=HOURLY)
-def test_the_desk_names_each_schedule_and_its_next_slot(staff):
-    page = staff.get("/admin/tickets/registration/delivery-status/").content.decode()
-    following = schedules.all_schedules()[0].following(datetime.now(UTC))
-    assert "<h2>Schedules</h2>" in page
-    assert f"hourly-add</a> (tests.task_functions.add, every 3600 s): next {following:%Y-%m-%d %H:%M} UTC" in page
+    assert len(keys) >= 5 and len(set(keys)) == len(keys)  # every slot once
+    # Each new by one of the two (the killed one may have died between its commit and its line).
+    assert len(keys) - 1 <= sum(text.count("Enqueued") for text in said) <= len(keys)

@@ -13,7 +13,7 @@ from django.http import HttpResponseRedirect
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from nightjar_delivery import Plan, plan_then_apply, staff_reason, transport
+from nightjar_delivery import Plan, ReadOnlyRecordAdmin, actor, plan_then_apply, staff_reason, transport
 from tickets import contract
 from tickets.models import (
     Completion,
@@ -143,10 +143,6 @@ class ParkedInline(ReadOnlyInline):
     model = ParkedDelivery
     fields = readonly_fields = ("parked", "reason", "attempts", "resolution", "resolved_by")
     verbose_name = "parked delivery"
-
-
-def actor(request) -> str:
-    return f"{request.user.get_username()} (admin)"
 
 
 @admin.register(Registration)
@@ -401,17 +397,8 @@ class TicketAdmin(BoundedSearch, admin.ModelAdmin):
         return False
 
 
-class RecordAdmin(BoundedSearch, admin.ModelAdmin):
+class RecordAdmin(BoundedSearch, ReadOnlyRecordAdmin):
     """Records written by the worker and the services: staff read them, nobody edits them."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Completion)

@@ -18,7 +18,7 @@ from tickets.models import (
     Ticket,
     WorkerReport,
 )
-from tickets.services import registrations, staff, status
+from tickets.services import registrations, status
 from tickets.services.registrations import NightjarError, has_key, has_ticket
 
 
@@ -103,9 +103,6 @@ class RegistrationsChannel(Channel):
     def refuse_republish(self, intent, what):
         registrations.refuse_without_seat(intent, what)
         registrations.refuse_ticket_without_key(intent, what)
-
-    def actor(self, command):
-        return staff.command_line_actor(command)
 
     def gauges(self):
         return status.desk_gauges()

@@ -201,7 +201,8 @@ class Consumer:
         self.lost: list[str] = []  # nothing is ever trimmed here
         self.using = alias()
         self.vendor = vendor(self.using)
-        self.claimer = f"{conf.NIGHTJAR_CONSUMER_NAME or socket.gethostname()}:{os.getpid()}:{next(_numbers)}"[:255]
+        # host:pid:n — the host and pid are SQLite's test of a holder that is gone.
+        self.claimer = f"{socket.gethostname()}:{os.getpid()}:{next(_numbers)}"[:255]
         self._lock = threading.RLock()  # one statement at a time on the connection (the keeper thread shares it)
         self._buffer: collections.deque[Delivery] = collections.deque()  # claimed, not yet handed out
         self._held: set[int] = set()  # claimed and not acked (handed out or buffered)
@@ -323,7 +324,7 @@ class Consumer:
                 rows=False,
             )
             return
-        here = f"{conf.NIGHTJAR_CONSUMER_NAME or socket.gethostname()}:"
+        here = f"{socket.gethostname()}:"
         holders = self._run(
             f"SELECT DISTINCT holder, claimed_by FROM {TABLE} WHERE queue = %s AND lease_until > {now}", [self.queue]
         )

@@ -7,7 +7,7 @@ publishes only after the commit.
 
 - registrations: register_guest, retry_registration, find_registration,
   publish_registration, and the state queries (pending_registrations, ...)
-- staff: the trace of staff changes (record_staff_action, command_line_actor)
+- staff: the trace of staff changes (record_staff_action; who: nightjar_delivery.actor)
 - repair: plan_repair, repair_registration
 - reconcile: reconcile_registrations, collect_dead_letters, requeue_parked,
   discard_parked (the engine's nightjar_delivery/reconcile.py on the registrations channel)

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from door import services
-from tickets.services.staff import command_line_actor
+from nightjar_delivery import actor
 
 
 class Command(BaseCommand):
@@ -14,7 +14,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         try:
             check_in = services.undo_check_in(
-                ticket=options["ticket"], actor=command_line_actor("undo_check_in"), reason=options["reason"]
+                ticket=options["ticket"], actor=actor(command="undo_check_in"), reason=options["reason"]
             )
         except services.DoorError as error:
             raise CommandError(str(error), returncode=1) from None

@@ -1,8 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from nightjar_delivery import exits
+from nightjar_delivery import actor, exits
 from tickets.services.repair import plan_repair, repair_registration
-from tickets.services.staff import command_line_actor
 
 
 class Command(BaseCommand):
@@ -15,7 +14,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         with exits.exit_codes():
             if options["apply"]:
-                plan = repair_registration(code=options["code"], actor=command_line_actor("repair --apply"))
+                plan = repair_registration(code=options["code"], actor=actor(command="repair --apply"))
             else:
                 plan = plan_repair(code=options["code"])
         for line in plan.lines():

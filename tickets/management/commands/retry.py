@@ -1,8 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from nightjar_delivery import exits
+from nightjar_delivery import actor, exits
 from tickets.services.registrations import retry_registration
-from tickets.services.staff import command_line_actor
 
 
 class Command(BaseCommand):
@@ -13,5 +12,5 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         with exits.exit_codes(broker="Not published: "):
-            registration = retry_registration(code=options["code"], actor=command_line_actor("retry"))
+            registration = retry_registration(code=options["code"], actor=actor(command="retry"))
         self.stdout.write(f"Published a new delivery of {registration.code} ({registration.name}).")

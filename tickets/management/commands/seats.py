@@ -1,9 +1,8 @@
 from django.core.management.base import BaseCommand
 
-from nightjar_delivery import exits
+from nightjar_delivery import actor, exits
 from tickets.services import seats
 from tickets.services.registrations import find_registration
-from tickets.services.staff import command_line_actor
 
 
 class Command(BaseCommand):
@@ -25,7 +24,7 @@ class Command(BaseCommand):
                 capacity = None if text.lower() == "none" else seats.parse_capacity(text)
                 if text.lower() != "none" and capacity is None:
                     raise seats.CapacityRefused("Give a number of seats, or 'none' for room for everyone.")
-                promoted = seats.set_capacity(capacity=capacity, actor=command_line_actor("seats"))
+                promoted = seats.set_capacity(capacity=capacity, actor=actor(command="seats"))
                 if promoted:
                     self.stdout.write(f"Seats given to {', '.join(r.code for r in promoted)}.")
             if options["cancel"]:
@@ -33,7 +32,7 @@ class Command(BaseCommand):
                     raise exits.UsageError("Say why with --reason; nothing was cancelled.")
                 registration = find_registration(code=options["cancel"])
                 done = seats.cancel_registration(
-                    registration=registration, actor=command_line_actor("seats"), reason=options["reason"]
+                    registration=registration, actor=actor(command="seats"), reason=options["reason"]
                 )
                 given = ", ".join(r.code for r in done.promoted)
                 self.stdout.write(f"{registration.code} cancelled" + (f"; its seat went to {given}." if given else "."))
