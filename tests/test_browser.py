@@ -104,7 +104,7 @@ def test_staff_see_the_desk_charts_after_a_burst_and_the_desk_refreshes_itself(s
         page.get_by_role("button", name="Log in").click()
         expect(page.get_by_role("heading", name="Delivery status")).to_be_visible()
         charts = page.locator("figure.desk-chart")
-        expect(charts).to_have_count(5)  # rates and latency, last hour and last day; the door's arrivals
+        expect(charts).to_have_count(6)  # rates and latency, last hour and last day; the door's arrivals; the mails
         expect(page.get_by_role("heading", name="Arrivals")).to_be_visible()
         expect(charts.first.locator("polyline").first).to_be_visible()
         expect(page.get_by_text("40 registrations and 40 tickets, per minute.").first).to_be_visible()
