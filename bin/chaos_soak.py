@@ -115,6 +115,7 @@ class Soak:
         self.smtp = MailServer() if args.mail else None
         self.senders: list[subprocess.Popen | None] = [None, None] if args.mail else []
         self.sender_kills: list[float] = []
+        self.mail_killer: threading.Thread | None = None
         self.smtp_restarts = 0
         if self.smtp:
             self.smtp.rules.temporary = 0.1
@@ -412,8 +413,8 @@ class Soak:
                 self.smtp.start()
                 for index in range(len(self.senders)):
                     self.start_sender(index)
-                mail_killer = threading.Thread(target=self.mail_chaos, daemon=True)
-                mail_killer.start()
+                self.mail_killer = threading.Thread(target=self.mail_chaos, daemon=True)
+                self.mail_killer.start()
             chaos_started = time.monotonic()
 
             names = [f"Chaos Guest {i % 97}" for i in range(n)]  # repeated names: still one ticket each
@@ -469,6 +470,8 @@ class Soak:
             outbox = self.settle_mail(deadline) if self.smtp else None
         finally:
             self.stop_chaos.set()
+            if self.mail_killer:  # it may be starting a sender in a slot: let it finish, then stop them all
+                self.mail_killer.join(30)
             if self.smtp:
                 self.smtp.stop()
             for proc in [*self.workers, *self.senders, gunicorn]:

@@ -19,6 +19,9 @@ with more than one), stuck (results not SUCCESSFUL).
     --backend both       both, one after the other with the same seed, and the two side by side
     --transport redis    Redis Streams instead of RabbitMQ (Nightjar's backend)
     --transport database the database transport (db://default): no broker, the queue is the database's rows
+    --http               each task first calls a real HTTP service (in this process) that honours
+                         idempotency keys, with its own id as the key; counted at the service: one effect
+                         per task (0 duplicate effects), however often a killed worker's redelivery called
     DATABASE_URL         a PostgreSQL database to use instead of a fresh SQLite file (emptied first)
 """
 
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 PYTHON = sys.executable
 
 from devtools import chaos  # noqa: E402
+from devtools.keyserver import KeyServer  # noqa: E402
 from devtools.ports import free_port  # noqa: E402
 
 # How each backend's worker runs as a service, each its own process.
@@ -74,6 +79,7 @@ class TasksSoak:
         self.kills = self.broker_restarts = 0
         self.enqueued = 0
         self.stop_chaos = threading.Event()
+        self.service = KeyServer() if args.http else None  # --http: the key-honouring service
 
     def say(self, line: str) -> None:
         print(f"[{self.backend} {time.monotonic() - self.started:6.1f}s] {line}", flush=True)
@@ -113,7 +119,10 @@ class TasksSoak:
     def enqueue(self, count: int, label: str) -> None:
         """COUNT tasks from a process of their own, as a web request would."""
         ids = str(self.folder / "ids.txt")
-        self.manage("demo", "--visits", str(count), "--label", label, "--linger", str(self.args.linger), "--ids", ids)
+        call = ["--call", self.service.url] if self.service else []
+        self.manage(
+            "demo", "--visits", str(count), "--label", label, "--linger", str(self.args.linger), "--ids", ids, *call
+        )
         self.enqueued = len(self.ids())
 
     def report(self) -> dict:
@@ -129,6 +138,8 @@ class TasksSoak:
         self.manage("migrate", "--noinput")
         if "sqlite" not in self.env["DATABASE_URL"]:
             self.manage("flush", "--noinput")
+        if self.service:
+            self.service.__enter__()
         try:
             for index in range(len(self.workers)):
                 self.start_worker(index)
@@ -188,6 +199,8 @@ class TasksSoak:
                         proc.kill()
             if self.uses_broker:
                 self.broker_node("stop")
+            if self.service:
+                self.service.__exit__(None, None, None)
         statuses = figures["statuses"]
         # A worker killed with a task unacknowledged: the broker hands it to another (Nightjar's workers say so).
         figures["redeliveries"] = sum(log.read_text(errors="replace").count("redelivered=True") for log in self.logs)
@@ -204,6 +217,14 @@ class TasksSoak:
         )
         figures["ok"] = figures["visits"] == n and figures["lost"] == 0 and figures["duplicates"] == 0
         figures["ok"] = figures["ok"] and figures["stuck"] == 0 and figures["enqueued"] == n
+        if self.service:
+            labels = Counter(effect["label"] for effect in self.service.effects)
+            figures.update(
+                calls=len(self.service.requests),
+                call_effects=len(self.service.effects),
+                call_duplicates=sum(count - 1 for count in labels.values()),
+            )
+            figures["ok"] = figures["ok"] and figures["call_effects"] == n and figures["call_duplicates"] == 0
         if figures["ok"] and not self.args.keep:
             shutil.rmtree(self.folder, ignore_errors=True)
         else:
@@ -229,6 +250,12 @@ def summary(all_figures: list[dict]) -> None:
         ("broker restarts", "broker_restarts"),
         ("seconds", "seconds"),
     ]
+    if "calls" in all_figures[0]:
+        rows[-1:-1] = [
+            ("HTTP calls (--http)", "calls"),
+            ("  effects at the service", "call_effects"),
+            ("  duplicate effects", "call_duplicates"),
+        ]
     print(f"  {'':22}" + "".join(f"{NAMES[f['backend']]:>34}" for f in all_figures))
     for label, key in rows:
         print(f"  {label:22}" + "".join(f"{f[key]!s:>34}" for f in all_figures))
@@ -254,6 +281,7 @@ def main() -> int:
     parser.add_argument(
         "--linger", type=float, default=0.05, help="Each task waits this long after its insert (default 0.05 s)."
     )
+    parser.add_argument("--http", action="store_true", help="Each task first calls a key-honouring HTTP service.")
     parser.add_argument("--seed", type=int, default=None, help="Seed for the choice of victims and delays.")
     parser.add_argument("--keep", action="store_true", help="Keep the folder with logs and database.")
     args = parser.parse_args()

@@ -1,18 +1,19 @@
 """The sender: delivers the outbox's mails at least once, every attempt with
 the mail's own Message-ID.
 
-A pass claims the due mails in one short transaction (moving each one's
-next attempt a lease ahead and counting the attempt), then sends each one
-OUTSIDE any transaction, then records what the mail server said in a short
-transaction of its own:
+The loop claims a due mail in one short transaction (moving its next
+attempt a lease ahead and counting the attempt), sends it OUTSIDE any
+transaction, then records what the mail server said in a short transaction
+of its own:
 - accepted (250): sent. Recorded only after the server's acceptance, so the
-  one window for a second copy is a sender dying between the two (README,
-  "Mail"); the copy carries the same Message-ID.
+  one window for a second copy is a sender dying (or its database failing)
+  between the two (README, "Mail to guests"); the copy carries the same Message-ID.
 - a permanent refusal (5xx to the sender, the address or the message): failed
   at once, with the server's own sentence.
 - anything temporary (4xx, refused connection, a timeout, a dropped line):
   retrying, after a backoff that doubles, until NIGHTJAR_MAIL_ATTEMPTS; then failed.
-Every wait on the server has NIGHTJAR_SMTP_TIMEOUT. A mail that waits for its
+Every wait on the server has NIGHTJAR_SMTP_TIMEOUT, one mail's whole
+conversation ATTEMPT_WAITS of them. A mail that waits for its
 retry is behind every mail due before it, so one bad address or one slow
 server holds back nobody else's mail. A mail claimed by a sender that died
 comes back to every sender when its lease runs out: a committed mail is never

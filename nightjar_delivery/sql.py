@@ -88,9 +88,26 @@ def before_commit(callback, *, using: str = DEFAULT_DB_ALIAS):
 
 
 def awaiting_commit(using: str = DEFAULT_DB_ALIAS) -> bool:
-    """Whether a before_commit callback waits for this thread's next commit on
-    the database: code that is not the handler's must not commit meanwhile."""
+    """Whether a before_commit callback waits for this thread's next commit on the database."""
     return bool(getattr(connections[using], "nightjar_before_commit", None))
+
+
+@contextlib.contextmanager
+def commits_of_their_own(using: str = DEFAULT_DB_ALIAS):
+    """Transactions committed inside (outside any transaction: the worker's own
+    bookkeeping while a handler waits at a checkpoint) run no before_commit
+    callback: those wait for the commit after, the handler's."""
+    db = connections[using]
+    waiting = getattr(db, "nightjar_before_commit", None)
+    if not waiting:
+        yield
+        return
+    set_aside = list(waiting)
+    waiting.clear()
+    try:
+        yield
+    finally:
+        waiting[:0] = set_aside
 
 
 def _run_before_commit(db) -> None:

@@ -13,7 +13,13 @@ from django.db import transaction
 from nightjar_delivery import transport
 from nightjar_delivery.checks import broker_settings
 
-pytestmark = [pytest.mark.broker, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# transport_free: it names its own transport (db://default), whichever broker the run started.
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.postgres,
+    pytest.mark.transport_free,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 @pytest.fixture

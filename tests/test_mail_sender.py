@@ -57,6 +57,7 @@ def guests_with_tickets(count: int) -> None:
 
 
 @pytest.mark.transport_free
+@pytest.mark.postgres
 def test_a_sender_killed_after_the_server_took_the_mail_sends_it_again_with_the_same_message_id(
     smtp, senders, tmp_path
 ):

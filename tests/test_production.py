@@ -350,25 +350,3 @@ def test_redis_node_and_postgres_cluster_stop_when_given_start_s_own_arguments(t
     finally:
         subprocess.run([ROOT / "bin" / "postgres-cluster", "stop", pg_folder], capture_output=True, timeout=120)
         shutil.rmtree(pg_folder, ignore_errors=True)
-
-
-@pytest.mark.broker
-@pytest.mark.amqp_only
-def test_a_rabbitmq_node_whose_port_is_taken_says_why_it_did_not_start(tmp_path):
-    """The node's own log holds the reason a boot failed (its server.out only
-    says the VM halted): bin/rabbitmq-node prints it, at once."""
-    script, folder = ROOT / "bin" / "rabbitmq-node", tmp_path / "node"
-    port = free_port(rabbitmq=True)
-    try:
-        with socket.socket() as squatter:
-            squatter.bind(("127.0.0.1", port))
-            squatter.listen()
-            started = time.monotonic()
-            result = subprocess.run([script, "start", folder, str(port)], capture_output=True, text=True, timeout=120)
-            seconds = time.monotonic() - started
-    finally:
-        subprocess.run([script, "stop", folder], capture_output=True, timeout=120)
-    assert result.returncode != 0
-    assert "RabbitMQ did not start: its boot failed" in result.stderr
-    assert f"port {port}, one of the ports it listens on, is taken by another program" in result.stderr
-    assert seconds < 60, f"it took {seconds:.0f} s to give up"

@@ -131,9 +131,8 @@ class Report:
         and rewrite this worker's report (every NIGHTJAR_WORKER_REPORT_SECONDS)."""
         now = time.monotonic()
         every = conf.NIGHTJAR_WORKER_REPORT_SECONDS
-        # Never inside the handler's transaction (a learner paused there): the row would wait for its commit;
-        # nor while an ack waits to join the handler's commit (the database transport): it would join this one.
-        if every and now - self.last_report >= every and not connection.in_atomic_block and not sql.awaiting_commit():
+        # Never inside the handler's transaction (a learner paused there): the row would wait for its commit.
+        if every and now - self.last_report >= every and not connection.in_atomic_block:
             self.save()
         if self.health_file is None or now - self.last_beat < 1.0:
             return
@@ -182,4 +181,8 @@ class Report:
             "handed_back": settled["handed_back"],
             "current": settled["current"],
         }
-        recording.report_worker(name=self.name, fields=fields, stopped=stopped, starting=starting, channel=self.channel)
+        # Its commit never carries an ack that waits for the handler's (the database transport's ack_within).
+        with sql.commits_of_their_own():
+            recording.report_worker(
+                name=self.name, fields=fields, stopped=stopped, starting=starting, channel=self.channel
+            )

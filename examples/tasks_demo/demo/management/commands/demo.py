@@ -2,6 +2,7 @@
 
 manage.py demo                          four tasks, then their results as the worker finishes them
 manage.py demo --visits N --ids FILE    N record_visit tasks, their result ids to FILE (the chaos soak)
+manage.py demo --visits N --call URL    the same, each task first POSTing to URL with its Idempotency-Key
 manage.py demo --report --ids FILE      one JSON line: the results' statuses and the Visit rows
 """
 
@@ -15,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from demo.models import Visit
-from demo.tasks import divide, record_visit
+from demo.tasks import divide, record_visit, record_visit_and_call
 
 try:
     from django.tasks import TaskResultStatus, default_task_backend
@@ -38,13 +39,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--ids", type=Path, help="With --visits: append the result ids here; with --report: read them."
         )
+        parser.add_argument(
+            "--call", default="", help="With --visits: each task first POSTs to this URL (record_visit_and_call)."
+        )
         parser.add_argument("--report", action="store_true", help="Print the statuses of the results in --ids as JSON.")
 
-    def handle(self, *args, wait, visits, label, linger, ids, report, **options):
+    def handle(self, *args, wait, visits, label, linger, ids, report, call, **options):
         if report:
             return self.report(ids)
         if visits:
-            return self.enqueue_visits(visits, label, linger, ids)
+            return self.enqueue_visits(visits, label, linger, ids, call)
         later = timezone.now() + timedelta(seconds=5)
         results = [
             ("record_visit('hello')", record_visit.enqueue("hello")),
@@ -70,12 +74,16 @@ class Command(BaseCommand):
                 time.sleep(0.2)
         self.stdout.write(f"Visits in the database: {Visit.objects.count()}")
 
-    def enqueue_visits(self, count, label, linger, ids):
+    def enqueue_visits(self, count, label, linger, ids, call=""):
         with open(ids, "a") if ids else open("/dev/null", "w") as out:
             for number in range(count):
-                out.write(record_visit.enqueue(f"{label}-{number}", linger=linger).id + "\n")
+                if call:
+                    result = record_visit_and_call.enqueue(f"{label}-{number}", call, linger=linger)
+                else:
+                    result = record_visit.enqueue(f"{label}-{number}", linger=linger)
+                out.write(result.id + "\n")
                 out.flush()  # a kill of this process loses at most the id being written
-        self.stdout.write(f"Enqueued {count} record_visit tasks")
+        self.stdout.write(f"Enqueued {count} {'record_visit_and_call' if call else 'record_visit'} tasks")
 
     def report(self, ids):
         if not ids:
