@@ -42,7 +42,8 @@ is named by an integer key. A message is the user's checked form of a body
 
 import abc
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
@@ -55,6 +56,7 @@ from nightjar_delivery.transport import Delivery
 
 if TYPE_CHECKING:
     from nightjar_delivery import records  # models: imported at run time once the app registry is ready
+    from nightjar_delivery.checkpoints import Pause
 
 
 class Observer(Protocol):
@@ -116,16 +118,16 @@ class Channel(abc.ABC):
     # -- what only the domain can answer --
 
     @abc.abstractmethod
-    def decode(self, body: bytes):
+    def decode(self, body: bytes) -> Any:
         """The message of a body, or raise nightjar_delivery.codec.ContractError. Total:
         any other exception would make a poison body look like a failure."""
 
     @abc.abstractmethod
-    def intent_id(self, message) -> int:
+    def intent_id(self, message: Any) -> int:
         """The key of the intent a decoded message is about."""
 
     @abc.abstractmethod
-    def check_stored(self, message, stored) -> None:
+    def check_stored(self, message: Any, stored: Any) -> None:
         """Raise ContractError when the message is not a repeat of its stored
         intent (stored: what stored() keeps of it, None for an unknown key)."""
 
@@ -135,8 +137,13 @@ class Channel(abc.ABC):
 
     @abc.abstractmethod
     def handle_batch(
-        self, messages: list, rejections: list[tuple[Delivery, str]], ack_all: Callable, pause, stored: dict
-    ):
+        self,
+        messages: list[Any],
+        rejections: list[tuple[Delivery, str]],
+        ack_all: Callable[[], None],
+        pause: "Pause | None",
+        stored: dict[int, Any],
+    ) -> Iterable[int] | None:
         """Batch mode: handle the checked messages and record the rejections
         (recording.record_rejection(..., channel=self)) in one transaction, then
         call ack_all(). Returns the keys done now. stored: what `stored`
@@ -145,12 +152,24 @@ class Channel(abc.ABC):
         read them a second time."""
 
     @abc.abstractmethod
-    def publish(self, intent) -> None:
+    def publish(self, intent: Any) -> None:
         """Publish one delivery of a stored intent on self.queue; raises BrokerError.
         Never called inside a transaction: it waits on the network."""
 
+    def publish_soon(self, intent, *, on_failure: Callable) -> None:
+        """publish_after_commit(wait=False): publish without waiting for the
+        broker's answer where the transport can (transport.publish_soon);
+        on_failure(BrokerError) hears of a failure, maybe from another thread.
+        By default: publish(), its error told to on_failure."""
+        from nightjar_delivery import transport
+
+        try:
+            self.publish(intent)
+        except transport.BrokerError as error:
+            on_failure(error)
+
     @abc.abstractmethod
-    def due(self, *, stored_before):
+    def due(self, *, stored_before: datetime) -> "models.QuerySet[Any]":
         """A QuerySet of intent_model: the intents stored before that datetime
         and not done yet (nor parked, nor unsafe to deliver again), which
         reconcile publishes again."""
@@ -198,14 +217,14 @@ class Channel(abc.ABC):
             for pk, row in self.intent_model._default_manager.in_bulk(ids).items()
         }
 
-    def made_since(self, intent_id: int, since) -> bool:
+    def made_since(self, intent_id: int, since: datetime | None) -> bool:
         """Whether the intent's outcome was written since then (latency metric
         only; False: a redelivery's latency is not observed)."""
         return False
 
     latency: "Observer | None" = None  # a histogram of stored -> done seconds (the worker observes it)
 
-    def load_handler(self, spec: str) -> Callable:
+    def load_handler(self, spec: str) -> Callable[..., Any]:
         """The handle(message, ack, pause) function spec names; raise HandlerError."""
         try:
             return import_string(spec)
@@ -214,24 +233,24 @@ class Channel(abc.ABC):
 
     # -- reconcile and parking (nightjar_delivery/reconcile.py runs them) --
 
-    def _after(self, due, after):
+    def _after(self, due: "models.QuerySet[Any]", after: Any) -> "models.QuerySet[Any]":
         """due past the intent `after` in (stored time, key) order: reconcile's keyset cursor."""
         if after is None:
             return due
         field, moment = self.intent_time_field, getattr(after, self.intent_time_field)
         return due.filter(Q(**{f"{field}__gt": moment}) | Q(**{field: moment, "pk__gt": after.pk}))
 
-    def pending(self, *, stored_before, after=None, limit: int) -> list:
+    def pending(self, *, stored_before: datetime, after: Any = None, limit: int) -> list[Any]:
         """Up to limit due() intents, oldest first, after the intent `after`
         (the last one of the previous pass) when given."""
         due = self.due(stored_before=stored_before).order_by(self.intent_time_field, "pk")
         return list(self._after(due, after)[:limit])
 
-    def pending_count(self, *, stored_before, after=None) -> int:
+    def pending_count(self, *, stored_before: datetime, after: Any = None) -> int:
         """How many pending() would list without a limit."""
         return self._after(self.due(stored_before=stored_before), after).count()
 
-    def republished(self, intents: list, *, actor: str, older_than: float) -> None:
+    def republished(self, intents: list[Any], *, actor: str, older_than: float) -> None:
         """Note in their history that reconcile published these again (one statement)."""
         if self.staff_action_model is not None:
             detail = f"Reconcile published it again (not done {older_than:g} s after it was stored)."
@@ -240,33 +259,33 @@ class Channel(abc.ABC):
                 for i in intents
             )
 
-    def find(self, label: str):
+    def find(self, label: str) -> Any:
         """The intent people call label; raise self.refusal when there is none."""
         intent = self.intent_model._default_manager.filter(pk=self.key(label)).first()
         if intent is None:
             raise self.refusal(f"There is no {label!r}.")
         return intent
 
-    def refuse_republish(self, intent, what: str) -> None:
+    def refuse_republish(self, intent: Any, what: str) -> None:
         """Raise self.refusal when the intent must not be published again
         (`what` completes "it is not ...": "requeued")."""
         if self.settled(intent.pk):
             raise self.refusal(f"{self.label(intent.pk)} needs nothing: it is not {what}.")
 
-    def record_staff_action(self, *, actor: str, action: str, intent, detail: str) -> None:
+    def record_staff_action(self, *, actor: str, action: str, intent: Any, detail: str) -> None:
         """The trace of a staff change, inside its transaction (staff_action_model's row, when there is one)."""
         if self.staff_action_model is not None:
             self.staff_action_model._default_manager.create(
                 actor=actor[:150], action=action[:40], detail=detail[:500], **{self.intent_field: intent}
             )
 
-    def on_park(self, intent, *, reason: str, deaths: int) -> None:  # noqa: B027 (a hook: nothing by default)
+    def on_park(self, intent: Any, *, reason: str, deaths: int) -> None:  # noqa: B027 (a hook: nothing by default)
         """This intent is being parked (recording.park, inside its
         transaction): reason, as the parked record says it; deaths, how many
         of its failed attempts were its worker dying on it. E.g. a task
         made FAILED saying so. By default nothing."""
 
-    def on_requeue(self, intent) -> None:  # noqa: B027 (a hook: nothing by default)
+    def on_requeue(self, intent: Any) -> None:  # noqa: B027 (a hook: nothing by default)
         """Staff requeued this parked intent: make it deliverable again, inside
         requeue_parked's transaction, before it is published after the commit
         (e.g. a failed task back to ready with a fresh retry budget). By
@@ -279,15 +298,15 @@ class Channel(abc.ABC):
 
     # -- what only the web reads --
 
-    def pending_now(self):
+    def pending_now(self) -> "models.QuerySet[Any]":
         """A QuerySet of intent_model: what the pending gauge counts (by default due() now)."""
         return self.due(stored_before=timezone.now())
 
-    def parked_waiting(self):
+    def parked_waiting(self) -> "models.QuerySet[Any]":
         """A QuerySet of parked_model: this channel's parked records waiting for staff (the parked gauge)."""
         return self.parked_model.objects.filter(resolution="")
 
-    def gauges(self) -> dict:
+    def gauges(self) -> dict[str, Any]:
         """Scrape-time gauges: {"pending": n, "parked": n, "queue": counts or {}}
         (pending_now() and parked_waiting() counted, the broker's counts of the queue)."""
         try:

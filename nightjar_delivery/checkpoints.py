@@ -10,6 +10,7 @@ import os
 import select
 import sys
 from collections.abc import Callable
+from io import TextIOBase
 from typing import TextIO
 
 CHECKPOINTS = ("before-write", "inside-transaction", "after-commit")
@@ -28,7 +29,7 @@ class Pause:
         crash: str | None = None,
         keepalive: Callable[[float], None] | None = None,
         stdin: TextIO | None = None,
-        stdout: TextIO | None = None,
+        stdout: TextIO | TextIOBase | None = None,  # (TextIOBase: a command's OutputWrapper)
     ) -> None:
         if at is not None and at not in CHECKPOINTS:
             raise ValueError(f"Unknown checkpoint {at!r}; choose one of {', '.join(CHECKPOINTS)}.")

@@ -24,12 +24,12 @@ try:
         CONTENT_TYPE_LATEST,
         REGISTRY,
         CollectorRegistry,
-        Counter,
-        Histogram,
         generate_latest,
         multiprocess,
         start_http_server,
     )
+    from prometheus_client import Counter as Counter  # (as X: re-exported, for a user's own metrics)
+    from prometheus_client import Histogram as Histogram
     from prometheus_client.core import GaugeMetricFamily
 
     AVAILABLE = True

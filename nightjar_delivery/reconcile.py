@@ -21,6 +21,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -124,7 +125,7 @@ def collect_dead_letters(channel: Channel, *, limit: int = 1000) -> CollectRepor
     return report
 
 
-def _collect_one(channel: Channel, delivery: transport.Delivery, report: CollectReport):
+def _collect_one(channel: Channel, delivery: transport.Delivery, report: CollectReport) -> Any:
     """Record one dead letter; return the intent to publish again, if any.
     A body it cannot use is recorded as rejected and acked: one bad body
     never stops the pass (nor the publishes of the reconcile behind it)."""
@@ -172,7 +173,7 @@ def _collect_one(channel: Channel, delivery: transport.Delivery, report: Collect
     return None
 
 
-def requeue_parked(channel: Channel, intent, *, actor: str):
+def requeue_parked(channel: Channel, intent: Any, *, actor: str) -> Any:
     """Staff: publish a parked intent again. In one transaction: the parked
     record resolved, the staff trail (channel.record_staff_action), the
     channel's own reset (channel.on_requeue, e.g. a failed task made ready
@@ -191,7 +192,7 @@ def requeue_parked(channel: Channel, intent, *, actor: str):
     return intent
 
 
-def discard_parked(channel: Channel, intent, *, actor: str):
+def discard_parked(channel: Channel, intent: Any, *, actor: str) -> Any:
     """Staff: give up on a parked intent. It stays parked (no outcome,
     reconcile leaves it alone) and leaves the list of what waits for staff.
     Returns the intent; raises the channel's refusal."""
@@ -206,14 +207,25 @@ def discard_parked(channel: Channel, intent, *, actor: str):
     return intent
 
 
-def publish_after_commit(channel: Channel, intent) -> None:
+def publish_after_commit(channel: Channel, intent: Any, *, wait: bool = True) -> None:
     """The intent is already safe in the database, so a failed publish is
-    logged and left for reconcile."""
+    logged and left for reconcile. wait=False: nor does the caller wait for
+    the broker's confirm where the transport can publish from a thread of
+    its own (Channel.publish_soon): the confirm only shortens the wait before
+    the first run, and a failure is logged the same way, from that thread."""
+    key = intent.pk
+
+    def left_for_reconcile(error: transport.BrokerError) -> None:
+        metrics.PUBLISHES_FAILED.inc()
+        logger.warning("%s stored but not published; reconcile will publish it: %s", channel.label(key), error)
+
+    if not wait:
+        channel.publish_soon(intent, on_failure=left_for_reconcile)
+        return
     try:
         channel.publish(intent)
     except transport.BrokerError as error:
-        metrics.PUBLISHES_FAILED.inc()
-        logger.warning("%s stored but not published; reconcile will publish it: %s", channel.label(intent.pk), error)
+        left_for_reconcile(error)
 
 
 def parked_lines(channel: Channel) -> list[str]:

@@ -11,8 +11,10 @@ in another channel's tables would be silently wrong)."""
 import hashlib
 import logging
 from datetime import timedelta
+from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from nightjar_delivery import conf
@@ -26,12 +28,12 @@ logger = logging.getLogger(__name__)
 COLLECTOR = "nightjar (dead-letter collector)"
 
 
-def _intent(channel: Channel, intent_id: int | None):
+def _intent(channel: Channel, intent_id: int | None) -> Any:
     """The stored intent a body claims, or None."""
     return channel.intent_model._default_manager.filter(pk=intent_id).first() if intent_id else None
 
 
-def record_rejection(*, delivery: Delivery, reason: str, channel: Channel):
+def record_rejection(*, delivery: Delivery, reason: str, channel: Channel) -> Any:
     """Record a delivery that broke the contract. Total: whatever the bytes,
     the row is storable (excerpt and message id escaped, size and hash of the
     raw body kept). A redelivery of a body that is already recorded is not
@@ -135,7 +137,9 @@ def record_redeliveries(*, deliveries: list[tuple[int | None, int]], worker: str
         logger.warning("Could not record %d redeliveries", len(deliveries), exc_info=True)
 
 
-def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: bool = False, channel: Channel) -> None:
+def report_worker(
+    *, name: str, fields: dict[str, Any], stopped: bool = False, starting: bool = False, channel: Channel
+) -> None:
     """Write a worker's row (best effort: a worker never stops for its report).
     A worker starting also deletes the rows of workers not seen for
     NIGHTJAR_WORKER_REPORT_DAYS: every process leaves one, restarts add up."""
@@ -152,7 +156,7 @@ def report_worker(*, name: str, fields: dict, stopped: bool = False, starting: b
 
 
 def park(
-    intent,
+    intent: Any,
     *,
     reason: str,
     attempts: int,
@@ -190,7 +194,7 @@ def park(
     )
 
 
-def failures_since_parked(intent_id: int, *, channel: Channel):
+def failures_since_parked(intent_id: int, *, channel: Channel) -> "QuerySet[Any]":
     """The failures recorded for an intent since it was last parked, newest first."""
     mine = {channel.intent_field: intent_id}
     parked_times = channel.parked_model.objects.filter(**mine).order_by("-parked").values_list("parked", flat=True)
@@ -201,7 +205,7 @@ def failures_since_parked(intent_id: int, *, channel: Channel):
     return failures
 
 
-def deaths(failures) -> int:
+def deaths(failures: "QuerySet[Any]") -> int:
     """How many of these failures were the worker dying on the delivery (record_started's records left behind)."""
     return failures.filter(error=DIED).count()
 

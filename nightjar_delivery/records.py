@@ -8,6 +8,7 @@ reaches a channel's records as `channel.failure_model.objects`, and a type
 checker sees a manager on an abstract model only where it is declared."""
 
 from datetime import datetime
+from typing import Any
 
 from django.db import models
 from django.utils import timezone
@@ -58,7 +59,7 @@ class AbstractDeliveryFailure(models.Model):
 
 
 class ParkedManager(models.Manager):
-    def holding(self):
+    def holding(self) -> "models.QuerySet[Any]":
         """What keeps an intent parked: waiting for staff, or discarded by them."""
         return self.exclude(resolution=AbstractParkedDelivery.REQUEUED)
 

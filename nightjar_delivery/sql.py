@@ -9,16 +9,20 @@ nightjar_tasks' runner); everything else goes through the ORM."""
 
 import contextlib
 import functools
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, Error, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 
-def execute(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS, fetch: bool = True) -> list[tuple]:
+def execute(
+    sql: str, params: Sequence[Any], *, using: str = DEFAULT_DB_ALIAS, fetch: bool = True
+) -> list[tuple[Any, ...]]:
     """Run one statement (written with %s) and return its rows ([] for one
     that returns none, or with fetch=False: the caller wants none)."""
     with _cursor(using, sql) as (cursor, sql):
@@ -26,7 +30,7 @@ def execute(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS, fetch: boo
         return cursor.fetchall() if fetch and _returned_rows(cursor) else []
 
 
-def _returned_rows(cursor) -> bool:
+def _returned_rows(cursor: Any) -> bool:
     """Whether the statement returned rows (a description with columns),
     without psycopg's making the description: a Column object per column,
     ~2 µs each (a tasks claim's 23 columns: ~45 µs of CPU a task, issue 43)."""
@@ -34,13 +38,13 @@ def _returned_rows(cursor) -> bool:
     return bool(result.nfields) if result is not None else bool(cursor.description)
 
 
-def execute_many(sql: str, rows: list[list], *, using: str = DEFAULT_DB_ALIAS) -> None:
+def execute_many(sql: str, rows: list[list[Any]], *, using: str = DEFAULT_DB_ALIAS) -> None:
     """One statement (written with %s) for each row of parameters."""
     with _cursor(using, sql) as (cursor, sql):
         cursor.executemany(sql, rows)
 
 
-def execute_and_commit(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS) -> None:
+def execute_and_commit(sql: str, params: Sequence[Any], *, using: str = DEFAULT_DB_ALIAS) -> None:
     """The last statement of the outermost transaction.atomic() block, sent
     with the COMMIT in one round trip on PostgreSQL (one psycopg pipeline,
     synced once; the statement's failure aborts the COMMIT and is raised
@@ -61,7 +65,7 @@ def execute_and_commit(sql: str, params: list, *, using: str = DEFAULT_DB_ALIAS)
         cursor.execute("COMMIT")
 
 
-def before_commit(callback, *, using: str = DEFAULT_DB_ALIAS):
+def before_commit(callback: Callable[[], object], *, using: str = DEFAULT_DB_ALIAS) -> Callable[[], object]:
     """Run callback() inside the next transaction committed on this database
     (this thread's connection), just before its COMMIT: its statements commit
     with the transaction's, or fail it (then it rolls back and raises). A
@@ -74,11 +78,11 @@ def before_commit(callback, *, using: str = DEFAULT_DB_ALIAS):
         db.nightjar_before_commit = []
         commit, rollback = db._commit, db._rollback
 
-        def _commit():
+        def _commit() -> None:
             _run_before_commit(db)
             return commit()
 
-        def _rollback():
+        def _rollback() -> None:
             db.nightjar_before_commit.clear()
             return rollback()
 
@@ -93,7 +97,7 @@ def awaiting_commit(using: str = DEFAULT_DB_ALIAS) -> bool:
 
 
 @contextlib.contextmanager
-def commits_of_their_own(using: str = DEFAULT_DB_ALIAS):
+def commits_of_their_own(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     """Transactions committed inside (outside any transaction: the worker's own
     bookkeeping while a handler waits at a checkpoint) run no before_commit
     callback: those wait for the commit after, the handler's."""
@@ -110,7 +114,7 @@ def commits_of_their_own(using: str = DEFAULT_DB_ALIAS):
         waiting[:0] = set_aside
 
 
-def _run_before_commit(db) -> None:
+def _run_before_commit(db: Any) -> None:
     callbacks = list(db.nightjar_before_commit)
     for callback in callbacks:
         if callback() is not False:
@@ -167,7 +171,7 @@ class Savepoint:
         self.callbacks = len(self.db.run_on_commit)
         self._run(self.statements[0])
 
-    def __exit__(self, kind, error, traceback) -> None:
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
         db = self.db
         if kind is None and not db.needs_rollback:
             self._run(self.statements[2])
@@ -187,7 +191,7 @@ class Savepoint:
 
 
 @contextlib.contextmanager
-def _cursor(using: str, sql: str):
+def _cursor(using: str, sql: str) -> Iterator[tuple[Any, str]]:
     """The DB-API cursor and the statement in its parameter style, inside
     Django's error wrapper."""
     db = connections[using]  # one lookup: the `connection` proxy pays one on every attribute
@@ -203,12 +207,12 @@ def _cursor(using: str, sql: str):
             cursor.close()
 
 
-def _dbapi_cursor(db):
+def _dbapi_cursor(db: BaseDatabaseWrapper) -> Any:
     """A new DB-API cursor on Django's connection db (already connected)."""
     return server_side_cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
 
 
-def server_side_cursor(raw):
+def server_side_cursor(raw: Any) -> Any:
     """psycopg's own cursor: parameters travel apart from the SQL and are
     adapted in C. Django's cursor binds on the client, formatting each value
     into the text in Python — ~2 ms for a batch's 200 values (bin/benchmark.py).
@@ -228,13 +232,13 @@ def vendor(using: str = DEFAULT_DB_ALIAS) -> str:
     return connections[using].vendor
 
 
-def stored(moment, using: str = DEFAULT_DB_ALIAS):
+def stored(moment: datetime, using: str = DEFAULT_DB_ALIAS) -> datetime | str:
     """A datetime as a plain cursor stores a DateTimeField: Django writes UTC
     (TIME_ZONE is UTC), as text on SQLite; PostgreSQL takes the datetime."""
     return moment if vendor(using) != "sqlite" else utc_text(moment)
 
 
-def utc_text(moment) -> str:
+def utc_text(moment: datetime) -> str:
     """A datetime as Django stores a DateTimeField on a UTC SQLite: str() of
     the naive UTC datetime."""
     if moment.tzinfo is not UTC:  # (timezone.now()'s is: no conversion)
@@ -242,11 +246,11 @@ def utc_text(moment) -> str:
     return moment.replace(tzinfo=None).isoformat(" ")
 
 
-def stored_now(using: str = DEFAULT_DB_ALIAS):
+def stored_now(using: str = DEFAULT_DB_ALIAS) -> datetime | str:
     return stored(timezone.now(), using)
 
 
-def loaded(value, expression=None, connection=None):
+def loaded(value: Any, expression: object = None, connection: object = None) -> Any:
     """A DateTimeField's value as SQLite returns it (UTC text, as stored()
     writes it), as the aware datetime Django's converter makes of it; for
     the hot path's reads (a converter's signature: value, expression,

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from io import TextIOBase
 from typing import TextIO
 
 from nightjar_delivery import conf
@@ -91,7 +92,7 @@ class Supervisor:
     """Starts, watches, restarts and stops the children; `run` returns the
     command's exit status (0 after a stop it was asked for)."""
 
-    def __init__(self, *, command: list[str], processes: int, stdout: TextIO, stop_seconds: float) -> None:
+    def __init__(self, *, command: list[str], processes: int, stdout: TextIO | TextIOBase, stop_seconds: float) -> None:
         self.command = command
         self.stdout = stdout
         self.stop_seconds = stop_seconds
@@ -168,7 +169,7 @@ class Supervisor:
         self.say("All worker processes stopped.")
 
 
-def supervise(*, argv: list[str], processes: int, stdout: TextIO | None = None) -> int:
+def supervise(*, argv: list[str], processes: int, stdout: TextIO | TextIOBase | None = None) -> int:
     # stdout: the command's (an OutputWrapper) or a file.
     """Run `processes` copies of this worker command (argv as the command got
     it, --processes included) until SIGTERM/SIGINT; the exit status."""

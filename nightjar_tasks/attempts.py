@@ -19,6 +19,7 @@ from django.utils.module_loading import import_string
 from nightjar_delivery import get_channel, park, storable_text
 from nightjar_tasks import backend as backends
 from nightjar_tasks import compat, conf, limits
+from nightjar_tasks.cancelling import is_cancelled
 from nightjar_tasks.compat import TaskContext, TaskResult, TaskResultStatus, get_exception_traceback, get_module_path
 from nightjar_tasks.models import TaskFailure, TaskRecord
 
@@ -129,8 +130,11 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str) -
     now = timezone.now()
     with transaction.atomic():
         row = TaskRecord.objects.select_for_update().get(pk=record.pk)
+        # Cancelled between this attempt's rollback and now (nightjar_tasks/cancelling.py): the
+        # attempt is noted, the cancel stays the task's last word (its error last, FAILED).
+        cancelled = row.status == TaskResultStatus.FAILED and is_cancelled(row.errors)
         row.attempts += 1
-        row.errors = [*row.errors, entry]
+        row.errors = [*row.errors[:-1], entry, row.errors[-1]] if cancelled else [*row.errors, entry]
         row.worker_ids = [*row.worker_ids, me]
         row.started_at = row.started_at or started
         row.last_attempted_at = started
@@ -141,7 +145,9 @@ def record_failure(record: TaskRecord, error: BaseException, started, me: str) -
             worker=me[:100],
             error=storable_text(f"{type(error).__name__}: {first_line}", max_bytes=1200)[:300],
         )
-        if tries >= options["max_attempts"]:
+        if cancelled:
+            row.save()
+        elif tries >= options["max_attempts"]:
             row.status, row.finished_at = TaskResultStatus.FAILED, now
             row.save()  # (first: FAILED already when the channel hears of the park)
             park(

@@ -6,21 +6,22 @@ why, so get_result() and every surface already read it; its message, if any,
 is acked by the worker without running it, and reconcile publishes only
 READY tasks.
 
-Against a worker claiming the task at that moment, exactly one wins: the
-cancel changes the row only while it is READY, inside a transaction that
-locks it (SQLite: the one write lock; PostgreSQL: the row, SELECT ... FOR
-UPDATE), and the worker claims a task (inserts its completion key) only
-while its row is not FAILED or SUCCESSFUL, in the same kind of lock
-(nightjar_tasks/marks.py): whichever commits first, the other sees it. A
-worker's uncommitted run leaves the row READY, so the cancel waits for its
-commit, then finds it SUCCESSFUL (or READY again after a failed attempt, and
-cancels the retry). A task with atomic=False runs its body outside any
-transaction that could decide between the two: it is not cancelled."""
+Against a worker claiming the task at that moment, exactly one wins, by the
+lock a worker already takes: the task's completion key. The cancel inserts
+the key first, as a claim does; a worker's uncommitted claim makes it wait
+for that worker's commit (PostgreSQL's unique index; SQLite's one writer),
+and then the key is there: the task ran, the cancel is refused. The key
+inserted, the cancel marks the row (locked, and READY still) and commits;
+a worker's claim after it finds the key and runs nothing, per delivery and
+in batches. So a cancelled task keeps its key (summary.audit knows it). The
+worker's hot path is unchanged. A task with atomic=False runs its body
+before it takes its key: it is not cancelled."""
 
 from django.db import transaction
 from django.utils import timezone
 
 from nightjar_delivery import DomainError
+from nightjar_tasks import marks
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskParked, TaskRecord, TaskStaffAction
 
@@ -48,18 +49,13 @@ def cancel_task(*, task_id: int, actor: str, reason: str = "") -> TaskRecord:
     with a sentence: no such task, done or failed already, parked, or
     atomic=False. Returns the row as stored."""
     with transaction.atomic():
-        row = TaskRecord.objects.select_for_update().filter(pk=task_id).first()
-        if row is None:
-            raise CannotCancel(f"There is no task {task_id}.")
-        if row.status != TaskResultStatus.READY:
-            raise CannotCancel(f"Task {task_id} is {row.status}: only a task waiting to run can be cancelled.")
-        if TaskParked.objects.filter(task_id=task_id, resolution="").exists():
-            raise CannotCancel(f"Task {task_id} is parked: discard it instead (`nightjar_parked discard {task_id}`).")
-        if not row.atomic:
-            raise CannotCancel(
-                f"Task {task_id} runs with atomic=False: its body runs outside the transaction that could "
-                "tell a cancel from a start, so it cannot be cancelled safely."
-            )
+        _refuse_unless_waiting(task_id, TaskRecord.objects.filter(pk=task_id).first())
+        # The key before the row's lock, in the order a worker takes them (no deadlock).
+        if not marks.insert_key(task_id):
+            status = TaskRecord.objects.filter(pk=task_id).values_list("status", flat=True).first()
+            raise CannotCancel(f"Task {task_id} is {status}: a worker claimed it first.")
+        row = TaskRecord.objects.select_for_update().get(pk=task_id)
+        _refuse_unless_waiting(task_id, row)  # (a failed attempt's record may have come meanwhile)
         now = timezone.now()
         said = f"Cancelled by {actor} at {now:%Y-%m-%d %H:%M:%S %Z}" + (f": {reason}" if reason else ".")
         row.errors = [*row.errors, {"exception_class_path": f"{__name__}.Cancelled", "traceback": said}]
@@ -67,3 +63,22 @@ def cancel_task(*, task_id: int, actor: str, reason: str = "") -> TaskRecord:
         row.save(update_fields=["status", "finished_at", "errors"])
         TaskStaffAction.objects.create(actor=actor[:150], action="cancel", task=row, detail=reason[:500])
     return row
+
+
+def _refuse_unless_waiting(task_id: int, row: TaskRecord | None) -> None:
+    if row is None:
+        raise CannotCancel(f"There is no task {task_id}.")
+    if row.status != TaskResultStatus.READY:
+        raise CannotCancel(f"Task {task_id} is {row.status}: only a task waiting to run can be cancelled.")
+    if TaskParked.objects.filter(task_id=task_id, resolution="").exists():
+        raise CannotCancel(f"Task {task_id} is parked: discard it instead (`nightjar_parked discard {task_id}`).")
+    if not row.atomic:
+        raise CannotCancel(
+            f"Task {task_id} runs with atomic=False: its body runs before it takes the key that could "
+            "tell a cancel from a start, so it cannot be cancelled safely."
+        )
+
+
+def is_cancelled(errors: list) -> bool:
+    """Whether a task's errors say it was cancelled (its last one)."""
+    return bool(errors) and errors[-1].get("exception_class_path") == f"{__name__}.Cancelled"

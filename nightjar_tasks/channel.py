@@ -122,6 +122,9 @@ class TasksChannel(Channel):
     def publish(self, intent) -> None:
         publishing.publish(intent)
 
+    def publish_soon(self, intent, *, on_failure) -> None:
+        publishing.publish(intent, on_failure=on_failure)
+
     def republished(self, intents: list, *, actor: str, older_than: float) -> None:
         publishing.mark_published(intents)
 

@@ -211,9 +211,12 @@ class Watchdog:
     def watch(self) -> None:
         while True:
             limit = _armed
-            if limit is not None and limit.due is None:
-                limit.due = limit.started + limit.seconds + grace(limit.db)
-            left = WATCH_EVERY if limit is None else min(WATCH_EVERY, limit.due - time.monotonic())
+            if limit is None:
+                left = WATCH_EVERY
+            else:
+                if limit.due is None:
+                    limit.due = limit.started + limit.seconds + grace(limit.db)
+                left = min(WATCH_EVERY, limit.due - time.monotonic())
             if left > 0:
                 time.sleep(left)
                 continue

@@ -48,7 +48,7 @@ def _claim_statement(alias: str) -> str:
     return (
         f"WITH claim AS (INSERT INTO {quote(TaskCompletion._meta.db_table)} (task_id, completed) "
         f"SELECT {pk}, %s FROM {quote(TaskRecord._meta.db_table)} "
-        f"WHERE {pk} = %s AND {atomic} AND {status} NOT IN (%s, %s) FOR UPDATE {_CONFLICT}) "
+        f"WHERE {pk} = %s AND {atomic} AND {status} NOT IN (%s, %s) {_CONFLICT}) "
         + rows.select(alias).sql.replace(" FROM ", ", EXISTS (SELECT 1 FROM claim) FROM ", 1)
     )
 
@@ -70,46 +70,29 @@ def claim(connection, pk: int) -> tuple[TaskRecord, bool]:
 
 
 def insert_keys(task_ids: list[int]) -> set[int]:
-    """Insert the completion keys of the tasks among these whose row is not
-    done or given up (cancelled included: nightjar_tasks/cancelling.py), in
-    one statement (in chunks of 500 rows), their rows locked (PostgreSQL) so
-    a cancel waits for this transaction; return the ids whose key was new.
-    Ascending order, so two batches sharing tasks lock in the same order (no
-    deadlock). The batch read its rows before its transaction: the status is
-    judged again here, inside it."""
+    """Insert the completion keys in one statement (in chunks of 500 rows);
+    return the ids whose key was new. Ascending order, so two batches sharing
+    tasks lock their keys in the same order (no deadlock). A cancelled task
+    has its key already (nightjar_tasks/cancelling.py): it is not new here."""
     ids = sorted(set(task_ids))
     alias = TaskCompletion.objects.db
     now = sql.stored_now(alias)
     new: set[int] = set()
     if connections[alias].vendor == "postgresql":
-        # One array parameter: one statement text for any batch, prepared once, where
-        # psycopg parses anew each text of over 50 parameters (issue 43).
-        rows = sql.execute(_insert_pg(alias), [now, ids, *FINAL], using=alias)
+        # One array parameter (unnest keeps the order): one statement text for any batch,
+        # prepared once, where psycopg parses anew each text of over 50 parameters (issue 43).
+        rows = sql.execute(f"{_INSERT} SELECT unnest(%s::bigint[]), %s {_CONFLICT}", [ids, now], using=alias)
         return {row[0] for row in rows}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        new.update(row[0] for row in sql.execute(_insert(alias, len(chunk)), [now, *chunk, *FINAL], using=alias))
+        params = [value for pk in chunk for value in (pk, now)]
+        new.update(row[0] for row in sql.execute(_insert(len(chunk)), params, using=alias))
     return new
 
 
-def _of_rows_not_final(alias: str, ids: str) -> str:
-    quote = connections[alias].ops.quote_name
-    pk, status = quote(TaskRecord._meta.pk.column), quote(_field("status").column)
-    return (
-        f"{_INSERT} SELECT {pk}, %s FROM {quote(TaskRecord._meta.db_table)} "
-        f"WHERE {pk} {ids} AND {status} NOT IN (%s, %s) ORDER BY {pk}"
-    )
-
-
 @functools.cache
-def _insert_pg(alias: str) -> str:
-    return f"{_of_rows_not_final(alias, '= ANY(%s::bigint[])')} FOR UPDATE {_CONFLICT}"
-
-
-@functools.cache
-def _insert(alias: str, count: int) -> str:
-    marks = ", ".join(["%s"] * count)
-    return f"{_of_rows_not_final(alias, f'IN ({marks})')} {_CONFLICT}"
+def _insert(count: int) -> str:
+    return f"{_INSERT} VALUES {', '.join(['(%s, %s)'] * count)} {_CONFLICT}"
 
 
 def insert_key(task_id: int) -> bool:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from django.utils import timezone
 
+from nightjar_tasks.cancelling import is_cancelled
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import TaskParked, TaskRecord
 
@@ -97,7 +98,8 @@ def audit() -> list[str]:
     """The promise checked row by row, one sentence per violation: a
     SUCCESSFUL task has its completion key, and a completion key belongs to
     a SUCCESSFUL task (a key without SUCCESSFUL would make a repeat skip a
-    task whose result was never recorded)."""
+    task whose result was never recorded), or to a cancelled one (there the
+    key is what keeps it from running: nightjar_tasks/cancelling.py)."""
     done = TaskRecord.objects.filter(status=TaskResultStatus.SUCCESSFUL)
     problems = [
         f"task {pk} ({path}) is SUCCESSFUL without its completion key"
@@ -105,8 +107,9 @@ def audit() -> list[str]:
     ]
     problems += [
         f"task {pk} ({path}) has a completion key but is {status}"
-        for pk, path, status in TaskRecord.objects.filter(completion__isnull=False)
+        for pk, path, status, errors in TaskRecord.objects.filter(completion__isnull=False)
         .exclude(status=TaskResultStatus.SUCCESSFUL)
-        .values_list("pk", "task_path", "status")
+        .values_list("pk", "task_path", "status", "errors")
+        if not (status == TaskResultStatus.FAILED and is_cancelled(errors))  # a cancel keeps the key: never runs
     ]
     return problems

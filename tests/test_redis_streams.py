@@ -181,24 +181,6 @@ def test_every_acknowledged_xadd_survives_a_kill_9(redis_server):
     assert sum(acknowledged) >= 1000
 
 
-def test_redis_node_says_why_it_did_not_start_when_a_silent_program_holds_its_port(tmp_path):
-    """What holds the port accepts connections and never answers: bin/redis-node
-    gives up by its deadline (its ping has one too) and shows why, from redis.log."""
-    port = free_port()
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", port))
-        squatter.listen()
-        started = time.monotonic()
-        result = subprocess.run(
-            [ROOT / "bin" / "redis-node", "start", tmp_path, str(port)], capture_output=True, text=True, timeout=120
-        )
-        seconds = time.monotonic() - started
-    assert result.returncode != 0
-    assert "redis-server did not start" in result.stderr
-    assert f"Could not create server TCP listening socket 127.0.0.1:{port}" in result.stderr
-    assert seconds < 30, f"it took {seconds:.0f} s to give up"
-
-
 def test_a_consumer_reading_ahead_holds_no_more_than_its_prefetch_and_acks_only_what_was_acked(redis_server):
     """Service mode per delivery: the next read goes out with the acks while
     the buffer still holds entries. Each entry is handed out once, in order;

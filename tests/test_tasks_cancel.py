@@ -172,3 +172,27 @@ def test_a_worker_killed_while_holding_the_task_lets_the_waiting_cancel_win_and_
     assert f"Received task {result.id} redelivered=True" in rerun.stdout
     assert not Group.objects.exists()
     assert cancelled(result)
+
+
+@pytest.mark.fast
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_task_keeps_its_completion_key_so_a_claim_runs_nothing_and_the_audit_passes():
+    from nightjar_tasks import marks, summary
+
+    result = tasks.insert_row.enqueue("never")
+    nightjar_tasks.cancel(result, actor="test")
+    assert marks.insert_keys([int(result.id)]) == set()  # a worker's claim, per delivery or batch: not new
+    assert summary.audit() == []
+
+
+@pytest.mark.fast
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_attempt_recorded_after_a_cancel_leaves_the_task_cancelled():
+    from nightjar_tasks import attempts
+
+    result = tasks.insert_when_fixed.enqueue("x")
+    record = TaskRecord.objects.get(pk=int(result.id))
+    nightjar_tasks.cancel(result, actor="test")  # between the attempt's rollback and its record
+    attempts.record_failure(record, RuntimeError("x is not fixed yet"), record.enqueued_at, "w:1")
+    assert cancelled(result) and result.attempts == 1
+    assert [error.exception_class_path for error in result.errors] == ["builtins.RuntimeError", CANCELLED]

@@ -118,7 +118,9 @@ def test_tasks_status_prints_each_task_path_the_totals_and_the_queue(tasks):
         == f"{reminder}  enqueued=4  done=2  failed=1  parked=1  waiting=1 (scheduled=0, lost=0)  average latency 2.000 s"
     )
     assert lines[2] == "Tasks: 5  done: 2  failed: 1  parked: 1 (see `nightjar_parked --channel tasks`)  waiting: 2"
-    assert lines[3] == "Audit passed: every SUCCESSFUL task has its completion key, and only those."
+    assert (
+        lines[3] == "Audit passed: every SUCCESSFUL task has its completion key, and only those (and cancelled ones)."
+    )
     assert lines[4].startswith("Queue nightjar.tasks: ") and lines[4].endswith("dead-lettered")
 
 

@@ -15,7 +15,9 @@ import importlib
 import signal
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from contextlib import AbstractContextManager
+from types import ModuleType
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from nightjar_delivery import conf
@@ -104,7 +106,7 @@ def past_the_return_limit(limit: int) -> str:
     return RETURN_LIMITS[kind()].format(limit=limit)
 
 
-def backend():
+def backend() -> ModuleType:
     """The module that implements the transport the broker URL names."""
     return importlib.import_module(f"nightjar_delivery.transport.{kind()}")
 
@@ -137,19 +139,33 @@ def publish(body: bytes, *, message_id: str, queue: str) -> None:
     backend().publisher.publish(body, message_id=message_id, queue=queue)
 
 
+def publish_soon(body: bytes, *, message_id: str, queue: str, on_failure: Callable[[BrokerError], None]) -> None:
+    """Publish without waiting for the broker's answer where the transport
+    has a publisher thread (RabbitMQ); on_failure(error) hears of a failure,
+    maybe from that thread. Elsewhere the publish as publish() does it."""
+    publisher = backend().publisher
+    if hasattr(publisher, "publish_soon"):
+        publisher.publish_soon(body, message_id=message_id, queue=queue, on_failure=on_failure)
+        return
+    try:
+        publish(body, message_id=message_id, queue=queue)
+    except BrokerError as error:
+        on_failure(error)
+
+
 def reset() -> None:
     """Forget connections and backoff (tests, and after a fork)."""
     backend().publisher.reset()
 
 
-def Consumer(*, prefetch: int = 1, queue: str):  # noqa: N802 (a factory that reads as the class it returns)
+def Consumer(*, prefetch: int = 1, queue: str) -> Any:  # noqa: N802 (a factory that reads as the class it returns)
     """The worker's side of one queue (and its dead-letter queue). Besides get/consume/ack/ack_many/requeue/keepalive/
     close, `lost` lists entries the broker dropped before they were handled
     (Redis: trimmed while pending); the worker records and empties it."""
     return backend().Consumer(prefetch=prefetch, queue=queue)
 
 
-def ack_within(consumer, deliveries: list[Delivery], *, using: str):
+def ack_within(consumer: object, deliveries: list[Delivery], *, using: str) -> AbstractContextManager[object]:
     """Around the handler: where the consumer can (the database transport,
     when `using`, the database of the handler's commit, holds the queue), the
     deliveries' ack joins the next commit on that database, so a crash after
@@ -158,13 +174,13 @@ def ack_within(consumer, deliveries: list[Delivery], *, using: str):
     return method(deliveries, using=using) if method is not None else contextlib.nullcontext()
 
 
-def acked_within(consumer, delivery: Delivery | None) -> bool:
+def acked_within(consumer: object, delivery: Delivery | None) -> bool:
     """Whether ack_within's commit removed this delivery (None: any, a batch's) and its ack is yet to come."""
     done = getattr(consumer, "acked_in_transaction", ())
     return delivery.tag in done if delivery is not None else bool(done)
 
 
-def queue_counts(queue: str) -> dict:
+def queue_counts(queue: str) -> dict[str, Any]:
     """A queue's counts now: ready, unacked (+ unacked_error), consumers, dead, and per transport more."""
     return backend().queue_counts(queue)
 

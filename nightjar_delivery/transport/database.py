@@ -46,7 +46,8 @@ import sqlite3
 import threading
 import time
 import weakref
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -82,7 +83,7 @@ def alias() -> str:
     return parts.netloc or parts.path.strip("/") or DEFAULT_DB_ALIAS
 
 
-def _errors() -> tuple:
+def _errors() -> tuple[type[Exception], ...]:
     found: list[type[Exception]] = [DjangoDatabaseError, sqlite3.Error, ConnectionDoesNotExist, OSError, ValueError]
     with contextlib.suppress(ImportError):
         import psycopg
@@ -171,7 +172,7 @@ class Publisher:
 publisher = Publisher()
 
 
-def open_connection(using: str, *, application_name: str = ""):
+def open_connection(using: str, *, application_name: str = "") -> Any:
     """A connection of the consumer's own (autocommit), with the settings of
     the alias: Django's wrapper, not registered in `connections`."""
     db = connections[using]
@@ -258,7 +259,7 @@ class Consumer:
 
     # -- statements on the consumer's own connection --
 
-    def _run(self, statement: str, params=(), *, rows: bool = True):
+    def _run(self, statement: str, params: Sequence[Any] = (), *, rows: bool = True) -> Any:
         """One statement (written with %s), committed when it returns; its rows, or its row count."""
         with self._lock:
             raw = self._own.connection
@@ -339,7 +340,7 @@ class Consumer:
     def _ready(self) -> bool:
         return bool(self._run(self._ready_sql, [self.queue]))
 
-    def _release(self, tags, *, uncount: bool = False) -> None:
+    def _release(self, tags: Iterable[Any], *, uncount: bool = False) -> None:
         """Clear this consumer's claim of these rows (uncount: they were never handed out)."""
         tags = list(tags)
         if not tags:
@@ -352,7 +353,7 @@ class Consumer:
         )
         self._held.difference_update(tags)
 
-    def _delete(self, tags: list) -> None:
+    def _delete(self, tags: list[Any]) -> None:
         if tags:
             self._run(f"DELETE FROM {TABLE} WHERE id IN ({in_list(len(tags))})", tags, rows=False)
             self._held.difference_update(tags)
@@ -379,7 +380,7 @@ class Consumer:
         except ERRORS as error:
             raise translated("get", error) from None
 
-    def consume(self, *, idle_seconds: float = 1.0):
+    def consume(self, *, idle_seconds: float = 1.0) -> Iterator[Delivery | None]:
         """Yield deliveries as they come; None after idle_seconds without one."""
         while True:
             if not self._buffer:
@@ -425,10 +426,10 @@ class Consumer:
     def waiting(self) -> list[bytes]:
         return [delivery.body for delivery in self._buffer]
 
-    def ack(self, tag, *, multiple: bool = False, flush: bool = True) -> None:
+    def ack(self, tag: Any, *, multiple: bool = False, flush: bool = True) -> None:
         self.ack_many([tag], flush=flush)
 
-    def ack_many(self, tags: list, *, flush: bool = True) -> None:
+    def ack_many(self, tags: list[Any], *, flush: bool = True) -> None:
         """DELETE the rows (those ack_within deleted already: nothing); flush=False
         sends it with the next claim (or keepalive, close, past the prefetch)."""
         for tag in tags:
@@ -448,7 +449,7 @@ class Consumer:
                 raise translated("ack", error) from None
 
     @contextlib.contextmanager
-    def ack_within(self, deliveries: list[Delivery], *, using: str):
+    def ack_within(self, deliveries: list[Delivery], *, using: str) -> Iterator[None]:
         """While inside: the next transaction committed on the database `using`
         (this thread's connection: the handler's) deletes these rows just
         before its COMMIT, when `using` is the queue's database. The ack the
@@ -483,7 +484,7 @@ class Consumer:
         finally:
             forget()
 
-    def requeue(self, tag) -> None:
+    def requeue(self, tag: Any) -> None:
         """Hand the delivery back: ready again at once, counted (its claim counted it)."""
         try:
             with self._lock:
@@ -574,19 +575,22 @@ def _keep_holding(consumer_ref, every: float) -> None:
 # -- counts and tools, on this thread's Django connection --
 
 
-def short_call(action: str, function):
+_T = TypeVar("_T")
+
+
+def short_call(action: str, function: Callable[[str], _T]) -> _T:
     try:
         return function(alias())
     except ERRORS as error:
         raise translated(action, error) from None
 
 
-def queue_counts(queue: str) -> dict:
+def queue_counts(queue: str) -> dict[str, Any]:
     """Ready rows, held ones (unacked), the dead letters; consumers: on
     PostgreSQL the worker connections open now, on SQLite the workers holding rows."""
     dead = dead_letter_queue_name(queue)
 
-    def count(using: str) -> dict:
+    def count(using: str) -> dict[str, Any]:
         now = NOW[vendor(using)]
         ((ready, unacked, dead_count, holders),) = sql.execute(
             f"SELECT COALESCE(SUM(CASE WHEN queue = %s AND (lease_until IS NULL OR lease_until < {now}) THEN 1 ELSE 0 END), 0),"

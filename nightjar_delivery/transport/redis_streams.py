@@ -38,7 +38,8 @@ import socket
 import threading
 import time
 import weakref
-from typing import cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.exceptions
@@ -194,7 +195,7 @@ class Consumer:
         # A read-ahead sent and not yet answered: (connection, the pipeline's
         # commands, the tags its XACK carries). Whoever takes the lock reads
         # its reply first (_settle), so the connection is never out of step.
-        self._ahead: tuple | None = None
+        self._ahead: tuple[Any, list[Any], list[str]] | None = None
         self._stopped = threading.Event()
         try:
             ensure_group(self._client, self.queue)
@@ -224,7 +225,7 @@ class Consumer:
             self._lock.release()
         return True
 
-    def _acked(self, tags) -> None:
+    def _acked(self, tags: Iterable[str]) -> None:
         self._held.difference_update(tags)
 
     def get(self, *, dead: bool = False) -> Delivery | None:
@@ -235,7 +236,7 @@ class Consumer:
             self._buffer.extend(self._take(1, block_ms=None))
         return self._buffer.popleft() if self._buffer else None
 
-    def consume(self, *, idle_seconds: float = 1.0):
+    def consume(self, *, idle_seconds: float = 1.0) -> Iterator[Delivery | None]:
         """Yield deliveries as they arrive; None after idle_seconds without one."""
         while True:
             if not self._buffer:
@@ -381,7 +382,7 @@ class Consumer:
             )
         return deliveries
 
-    def _delivery_counts(self, entries) -> dict[str, int]:
+    def _delivery_counts(self, entries: list[Entry]) -> dict[str, int]:
         if not entries:
             return {}
         first, last = entries[0][0], entries[-1][0]
@@ -395,7 +396,7 @@ class Consumer:
             for row in rows
         }
 
-    def _dead_letter(self, tag: str, fields: dict, times: int) -> None:
+    def _dead_letter(self, tag: str, fields: dict[Any, Any], times: int) -> None:
         # XADD to the dead stream first, then XACK: a crash in between leaves
         # a copy in both, never in neither.
         self._client.xadd(
@@ -405,7 +406,7 @@ class Consumer:
         self._client.xack(self.queue, GROUP, tag)
         logger.warning("Entry %s was delivered %d times; moved to %s", tag, times, self.dead)
 
-    def _note_trimmed(self, ids) -> None:
+    def _note_trimmed(self, ids: Iterable[bytes | str]) -> None:
         for entry_id in ids:
             tag = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             self.lost.append(tag)
@@ -433,14 +434,14 @@ class Consumer:
             attempts=int(fields.get(b"attempts", b"0") or 0),
         )
 
-    def ack(self, tag, *, multiple: bool = False, flush: bool = True) -> None:
+    def ack(self, tag: Any, *, multiple: bool = False, flush: bool = True) -> None:
         """XACK after the commit (a dead-letter entry is deleted instead)."""
         if flush or tag.startswith(DEAD_PREFIX):
             self.ack_many([tag], flush=flush)
         else:
             self._defer([tag])  # the per-delivery path, once per entry: no list work
 
-    def ack_many(self, tags: list, *, flush: bool = True) -> None:
+    def ack_many(self, tags: list[Any], *, flush: bool = True) -> None:
         """One XACK for a batch's entries; flush=False defers it (see _deferred)."""
         dead = [tag[len(DEAD_PREFIX) :] for tag in tags if str(tag).startswith(DEAD_PREFIX)]
         live = [tag for tag in tags if not str(tag).startswith(DEAD_PREFIX)]
@@ -459,7 +460,7 @@ class Consumer:
         except redis.exceptions.RedisError as error:
             raise translated("ack", error) from None
 
-    def _defer(self, tags: list) -> None:
+    def _defer(self, tags: list[str]) -> None:
         """Committed entries whose XACK waits for the next read, at the latest:
         a read-ahead once the buffer is down to half the prefetch (in batch
         mode with --prefetch twice --batch: a batch is read while the one
@@ -477,7 +478,7 @@ class Consumer:
         if self._deferred:
             self.ack_many([])
 
-    def requeue(self, tag) -> None:
+    def requeue(self, tag: Any) -> None:
         """Hand a delivery back: it stays in this consumer's pending list and
         is read again first (its delivery counter grows each time). What the
         buffer held is pending too, and is read again with it. Under the lock:
@@ -521,7 +522,10 @@ def _keep_holding(consumer_ref, every: float) -> None:
             del consumer
 
 
-def short_call(action: str, function):
+_T = TypeVar("_T")
+
+
+def short_call(action: str, function: Callable[[redis.Redis], _T]) -> _T:
     """function(client) on a fresh client whose socket timeouts are the deadline; BrokerError on failure."""
     try:
         return function(client())
@@ -529,12 +533,12 @@ def short_call(action: str, function):
         raise translated(action, error) from None
 
 
-def queue_counts(queue: str) -> dict:
+def queue_counts(queue: str) -> dict[str, Any]:
     """Stream length, entries not yet read by the group, pending (per consumer), consumers, dead.
     All as they are now: pending entries stay pending (unacknowledged) after
     their worker is gone, until a worker claims them."""
 
-    def count(connection: redis.Redis) -> dict:
+    def count(connection: redis.Redis) -> dict[str, Any]:
         ensure_group(connection, queue)
         group = next(g for g in connection.xinfo_groups(queue) if g["name"] in (GROUP, GROUP.encode()))
         consumers = connection.xinfo_consumers(queue, GROUP)
@@ -553,7 +557,7 @@ def queue_counts(queue: str) -> dict:
     return short_call("queue status", count)
 
 
-def attached_workers(connection: redis.Redis, consumers: list[dict], queue: str) -> int:
+def attached_workers(connection: redis.Redis, consumers: list[dict[str, Any]], queue: str) -> int:
     """Like RabbitMQ's count, the worker connections open now (the group
     remembers consumers long gone, and a Ctrl+C'd one looks recent for a
     while). Where CLIENT LIST is refused (an ACL without @admin): the group's

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from io import TextIOBase
 from typing import TextIO
 
 from django.db import router
@@ -62,7 +63,7 @@ class Worker:
         *,
         handler: Callable,
         pause: Pause | None = None,
-        stdout: TextIO | None = None,
+        stdout: TextIO | TextIOBase | None = None,  # (TextIOBase: a command's OutputWrapper)
         prefetch: int = 1,
         reconcile_every: float | None = None,
         reconcile_options: dict | None = None,

@@ -95,17 +95,17 @@ class Receiver:
         """Bodies received and not yet taken, up to the prefetch (the screen reads their rows ahead)."""
         return self.connected.waiting()[: self.prefetch]
 
-    def ack(self, tag, *, flush: bool = True) -> None:
+    def ack(self, tag: int | str, *, flush: bool = True) -> None:
         self.connected.ack(tag, flush=flush)
 
-    def ack_many(self, tags: list, *, flush: bool) -> None:
+    def ack_many(self, tags: list[int | str], *, flush: bool) -> None:
         self.connected.ack_many(tags, flush=flush)
 
-    def requeue(self, tag) -> None:
+    def requeue(self, tag: int | str) -> None:
         """Hand a delivery back unacked (a failure: counted by the broker, whatever its version)."""
         self.connected.requeue(tag)
 
-    def ack_within(self, deliveries: list[transport.Delivery], *, using: str) -> AbstractContextManager:
+    def ack_within(self, deliveries: list[transport.Delivery], *, using: str) -> AbstractContextManager[object]:
         """Around the handler: on the database transport the deliveries' ack
         joins the handler's commit on `using` (transport.ack_within); elsewhere nothing."""
         return transport.ack_within(self.consumer, deliveries, using=using)

@@ -36,7 +36,9 @@ class Command(BaseCommand):
             )
         problems = summary.audit()
         if not problems:
-            self.stdout.write("Audit passed: every SUCCESSFUL task has its completion key, and only those.")
+            self.stdout.write(
+                "Audit passed: every SUCCESSFUL task has its completion key, and only those (and cancelled ones)."
+            )
         for problem in problems:
             self.stdout.write(f"Audit: {problem}")
         for queue_name in conf.queue_names():
