@@ -193,7 +193,7 @@ class Channel(abc.ABC):
         """Keys these bodies seem to name, unchecked (for reading ahead). Never raises."""
         return {key for key in map(self.claimed_id, bodies) if key is not None}
 
-    def stored(self, ids: Iterable[int]) -> dict[int, tuple[object, float]]:
+    def stored(self, ids: Iterable[int]) -> dict[int, tuple[Any, float]]:
         """For each stored intent among ids: (what check_stored compares, here
         the row, when it was stored in seconds since the epoch). One query ({}
         without one for no ids)."""
