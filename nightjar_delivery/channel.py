@@ -156,6 +156,18 @@ class Channel(abc.ABC):
         """Publish one delivery of a stored intent on self.queue; raises BrokerError.
         Never called inside a transaction: it waits on the network."""
 
+    def publish_soon(self, intent: Any, *, on_failure: Callable[[transport.BrokerError], object]) -> None:
+        """publish_after_commit(wait=False): publish without waiting for the
+        broker's answer where the transport can (transport.publish_soon);
+        on_failure(BrokerError) hears of a failure, maybe from another thread.
+        By default: publish(), its error told to on_failure."""
+        from nightjar_delivery import transport
+
+        try:
+            self.publish(intent)
+        except transport.BrokerError as error:
+            on_failure(error)
+
     @abc.abstractmethod
     def due(self, *, stored_before: datetime) -> "models.QuerySet[Any]":
         """A QuerySet of intent_model: the intents stored before that datetime

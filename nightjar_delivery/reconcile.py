@@ -207,14 +207,25 @@ def discard_parked(channel: Channel, intent: Any, *, actor: str) -> Any:
     return intent
 
 
-def publish_after_commit(channel: Channel, intent: Any) -> None:
+def publish_after_commit(channel: Channel, intent: Any, *, wait: bool = True) -> None:
     """The intent is already safe in the database, so a failed publish is
-    logged and left for reconcile."""
+    logged and left for reconcile. wait=False: nor does the caller wait for
+    the broker's confirm where the transport can publish from a thread of
+    its own (Channel.publish_soon): the confirm only shortens the wait before
+    the first run, and a failure is logged the same way, from that thread."""
+    key = intent.pk
+
+    def left_for_reconcile(error: transport.BrokerError) -> None:
+        metrics.PUBLISHES_FAILED.inc()
+        logger.warning("%s stored but not published; reconcile will publish it: %s", channel.label(key), error)
+
+    if not wait:
+        channel.publish_soon(intent, on_failure=left_for_reconcile)
+        return
     try:
         channel.publish(intent)
     except transport.BrokerError as error:
-        metrics.PUBLISHES_FAILED.inc()
-        logger.warning("%s stored but not published; reconcile will publish it: %s", channel.label(intent.pk), error)
+        left_for_reconcile(error)
 
 
 def parked_lines(channel: Channel) -> list[str]:

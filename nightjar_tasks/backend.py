@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from nightjar_delivery import get_channel, publish_after_commit, storable_text
-from nightjar_tasks import checks, conf
+from nightjar_tasks import checks, conf, rows
 from nightjar_tasks.compat import (
     BaseTaskBackend,
     InvalidTaskError,
@@ -190,7 +190,7 @@ class NightjarBackend(BaseTaskBackend):
     def _enqueue(self, task, args, kwargs, key: str | None, options) -> TaskResult:
         now = timezone.now()
         due = task.run_after is None or task.run_after <= now
-        record = TaskRecord.objects.create(
+        record = TaskRecord(
             enqueue_key=key,
             task_path=task.module_path,
             args=args,
@@ -204,12 +204,14 @@ class NightjarBackend(BaseTaskBackend):
             published_at=now if due else None,  # a deferred one: reconcile publishes it when due
             atomic=options["atomic"],
         )
+        rows.insert(record)
         if due:
             # In the caller's transaction: published only if it commits (at once in autocommit).
-            # Safe in its row: after the commit the engine publishes it (a failed publish is
-            # logged and left for reconcile; enqueue() returns all the same).
+            # Safe in its row: after the commit the engine publishes it without waiting for the
+            # broker's confirm (a failed publish is logged and left for reconcile, whose period
+            # bounds its wait; the confirm would only shorten the wait to its first run).
             transaction.on_commit(
-                lambda: publish_after_commit(get_channel(conf.channel_name(record.queue_name)), record)
+                lambda: publish_after_commit(get_channel(conf.channel_name(record.queue_name)), record, wait=False)
             )
         result = to_result(record, task)
         task_enqueued.send(type(self), task_result=result)

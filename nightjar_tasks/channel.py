@@ -11,7 +11,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import Channel, ContractError, Delivery, DomainError, HandlerError, Pause, register
+from nightjar_delivery import BrokerError, Channel, ContractError, Delivery, DomainError, HandlerError, Pause, register
 from nightjar_tasks import attempts, conf, messages, publishing, runner
 from nightjar_tasks.compat import TaskResultStatus
 from nightjar_tasks.models import (
@@ -132,6 +132,9 @@ class TasksChannel(Channel):
 
     def publish(self, intent: Any) -> None:
         publishing.publish(intent)
+
+    def publish_soon(self, intent: Any, *, on_failure: Callable[[BrokerError], object]) -> None:
+        publishing.publish(intent, on_failure=on_failure)
 
     def republished(self, intents: list[Any], *, actor: str, older_than: float) -> None:
         publishing.mark_published(intents)

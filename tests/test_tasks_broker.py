@@ -90,6 +90,53 @@ def test_rolled_back_enqueue_runs_nothing_and_get_result_from_another_process(wo
     assert read.stdout.split() == ["SUCCESSFUL", "5"], read.stderr
 
 
+# A process that enqueues and dies after its commit, before the publish: its
+# own on_commit callback, registered first, runs first and ends the process.
+DIES_AFTER_COMMIT = """
+import os
+from django.db import transaction
+from tests.task_functions import insert_row
+with transaction.atomic():
+    transaction.on_commit(lambda: os._exit(9))
+    print(insert_row.enqueue("after the crash").id, flush=True)
+"""
+
+
+def test_a_process_that_dies_after_the_enqueue_commit_leaves_a_task_reconcile_publishes(workers, worker_env):
+    """enqueue() does not wait for the broker's confirm (issue 51): the row,
+    committed in the caller's transaction, is what keeps the task. A caller
+    gone between its commit and the publish leaves it READY, and reconcile
+    publishes it: it runs once."""
+    died = manage(worker_env, "shell", "--verbosity", "0", "-c", DIES_AFTER_COMMIT)
+    assert died.returncode == 9, died.stderr
+    task_id = died.stdout.strip()
+    assert TaskRecord.objects.get(pk=task_id).status == TaskResultStatus.READY
+    assert workers.run(*TASKS).stdout.strip() == "No ready tasks"  # never published
+    reconciled = manage(worker_env, "reconcile", *TASKS, "--older-than", "0")
+    assert reconciled.returncode == 0, reconciled.stderr
+    ran = workers.run(*TASKS, "--drain")
+    assert f"Received task {task_id} redelivered=False" in ran.stdout, ran.stdout
+    assert TaskRecord.objects.get(pk=task_id).status == TaskResultStatus.SUCCESSFUL
+    assert list(Group.objects.values_list("name", flat=True)) == ["after the crash"]
+
+
+def test_a_command_that_enqueues_many_and_exits_leaves_every_task_published(worker_env, settings):
+    """enqueue() returns before the broker's confirm (issue 51): at a normal
+    exit the process first sends what its publisher thread still holds, so
+    none of them waits for reconcile's grace period."""
+    enqueued = manage(
+        worker_env,
+        "shell",
+        "--verbosity",
+        "0",
+        "-c",
+        "from tests.task_functions import add\nfor n in range(300): add.enqueue(n, n)",
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert "not published" not in enqueued.stderr
+    assert transport.queue_counts(settings.NIGHTJAR_TASKS_QUEUE)["ready"] == 300
+
+
 @pytest.mark.parametrize("broker", ["down", "frozen"])
 def test_enqueue_with_the_broker_stopped_runs_after_it_returns(broker, rabbit, workers, worker_env):
     with getattr(rabbit, broker)():

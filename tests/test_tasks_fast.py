@@ -13,7 +13,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
-from django.db.models.signals import post_init
+from django.db.models.signals import post_init, pre_save
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -412,6 +412,38 @@ def test_the_runner_s_own_sql_reads_and_marks_the_row_as_the_orm_would():
     assert done.finished_at == read.finished_at and done.run_after == later
     with pytest.raises(TaskRecord.DoesNotExist):
         rows.read(record.pk + 1000)
+
+
+def test_enqueue_s_own_insert_stores_the_row_the_orm_would_and_save_when_a_receiver_listens():
+    """rows.insert writes the enqueued row with a plain INSERT (issue 51,
+    the enqueue's price): the stored row must be the ORM's, field by field;
+    with a pre_save receiver for TaskRecord, save() runs, so it hears it."""
+    later = timezone.now() + timedelta(hours=1)
+    fields = {"task_path": "tests.task_functions.add", "args": [1, {"a": [2, None]}], "kwargs": {"x": "é"}}
+    fields |= {"run_after": later, "enqueue_key": "k-1", "takes_context": True, "atomic": False}
+    ours, theirs = TaskRecord(**fields), TaskRecord(**{**fields, "enqueue_key": "k-2"})
+    rows.insert(ours)
+    theirs.save(force_insert=True)
+    assert not ours._state.adding
+    mine, orm = TaskRecord.objects.get(pk=ours.pk), TaskRecord.objects.get(pk=theirs.pk)
+    for field in TaskRecord._meta.concrete_fields:
+        if field.name not in ("id", "enqueue_key", "enqueued_at"):
+            assert getattr(mine, field.attname) == getattr(orm, field.attname), field.name
+    assert (mine.enqueue_key, mine.enqueued_at) == ("k-1", ours.enqueued_at)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rows.insert(TaskRecord(**fields))  # the key's unique index, as the ORM's insert would meet it
+
+    heard = []
+
+    def receiver(sender, instance, **kwargs):
+        heard.append(instance.task_path)
+
+    pre_save.connect(receiver, sender=TaskRecord)
+    try:
+        tasks.add.enqueue(1, 1)
+    finally:
+        pre_save.disconnect(receiver, sender=TaskRecord)
+    assert heard == ["tests.task_functions.add"]
 
 
 def test_the_claim_inserts_the_key_only_for_a_task_to_run_here_and_reads_the_row_as_the_orm_would():

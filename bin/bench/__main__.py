@@ -80,6 +80,14 @@ def _dbqueue(sections, options: Options) -> None:
         sections.on_postgres(["dbqueue"], options.quick)
 
 
+def _tasks_processes(sections, options: Options) -> None:
+    from bench import tasks
+
+    tasks.bench_tasks(300 if options.quick else 1000, options.quick, pairs=tasks.PROCESSES_PAIRS)
+    if sections.connection.vendor == "sqlite":
+        sections.on_postgres(["tasks-processes"], options.quick)
+
+
 # In the order they run (whatever the order of --only).
 SECTIONS: dict[str, Section] = {
     "raw": Section(lambda s, o: s.bench_raw(o.n), "a minimal pika + sqlite3 consumer: per delivery, and batches of 50"),
@@ -147,6 +155,12 @@ SECTIONS: dict[str, Section] = {
         _tasks_limit,
         "what the tasks' time limit costs: Nightjar's tasks worker (per delivery, batch 50) with the\n"
         "alarm and without it, in pairs, as a ratio, SQLite then PostgreSQL (only with --only tasks-limit)",
+        default=False,
+    ),
+    "tasks-processes": Section(
+        _tasks_processes,
+        "Nightjar's tasks worker as one command with --processes 2 against two workers started apart,\n"
+        "in pairs, SQLite then PostgreSQL (only with --only tasks-processes)",
         default=False,
     ),
 }

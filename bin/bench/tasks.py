@@ -66,6 +66,8 @@ CONTENDERS = {
     "nightjar_2proc": ("Nightjar tasks, per delivery, 2 processes", 2),
     "nightjar_batch_1proc": ("Nightjar tasks, batch 50, 1 process", 1),
     "nightjar_batch_2proc": ("Nightjar tasks, batch 50, 2 processes", 2),
+    # One command, `--processes 2` (nightjar_delivery/supervisor.py): its two children.
+    "nightjar_processes2": ("Nightjar tasks, per delivery, one worker --processes 2", 2),
     # The same workers with nightjar_tasks.limits.Limit replaced by nothing: what the time limit costs.
     "nightjar_1proc_no_limit": ("Nightjar tasks, per delivery, 1 process, without the time limit", 1),
     "nightjar_batch_1proc_no_limit": ("Nightjar tasks, batch 50, 1 process, without the time limit", 1),
@@ -89,6 +91,8 @@ PAIRS = [
 ]
 # On PostgreSQL only (procrastinate's queue is PostgreSQL): after PAIRS, no target of its own.
 POSTGRES_PAIRS = [("procrastinate_1proc", "nightjar_1proc", None)]
+# The tasks-processes section (issue 51): `worker --processes 2` against two workers started apart.
+PROCESSES_PAIRS = [("nightjar_2proc", "nightjar_processes2", None)]
 # The tasks-limit section (issue 39): the time limit's cost per task, the same worker without it
 # as the reference; a ratio near 1 means the alarm costs nothing measurable.
 LIMIT_PAIRS = [
@@ -206,6 +210,8 @@ def peer(key: str, n: int) -> tuple[float, float]:
         mode = ["--batch", "50", "--prefetch", "100"] if "batch" in key else ["--prefetch", "50"]
         # (Without the time limit: `python -m bench.peers worker ...` runs the same command, Limit disarmed.)
         worker = ["-m", "bench.peers", "worker-without-time-limit"] if key.endswith("_no_limit") else ["manage.py"]
+        if key == "nightjar_processes2":  # one parent starting its children
+            mode, processes = [*mode, "--processes", str(processes)], 1
         procs = start(
             [sections.PYTHON, *worker, "worker", "--serve", "--channel", "tasks", *mode], processes, environment
         )

@@ -139,6 +139,20 @@ def publish(body: bytes, *, message_id: str, queue: str) -> None:
     backend().publisher.publish(body, message_id=message_id, queue=queue)
 
 
+def publish_soon(body: bytes, *, message_id: str, queue: str, on_failure: Callable[[BrokerError], None]) -> None:
+    """Publish without waiting for the broker's answer where the transport
+    has a publisher thread (RabbitMQ); on_failure(error) hears of a failure,
+    maybe from that thread. Elsewhere the publish as publish() does it."""
+    publisher = backend().publisher
+    if hasattr(publisher, "publish_soon"):
+        publisher.publish_soon(body, message_id=message_id, queue=queue, on_failure=on_failure)
+        return
+    try:
+        publish(body, message_id=message_id, queue=queue)
+    except BrokerError as error:
+        on_failure(error)
+
+
 def reset() -> None:
     """Forget connections and backoff (tests, and after a fork)."""
     backend().publisher.reset()

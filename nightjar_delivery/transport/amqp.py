@@ -10,6 +10,7 @@ Messages go through the default exchange, persistent, with publisher confirms
 and mandatory=True, so "published" means "RabbitMQ has it on disk in a queue".
 """
 
+import atexit
 import base64
 import contextlib
 import json
@@ -182,11 +183,15 @@ def declare(channel: Any, queue: str | None = None) -> tuple[Any, Any]:
 class _Publication:
     """One publish handed to the publisher thread, and its outcome."""
 
-    def __init__(self, body: bytes, message_id: str, deadline: float, queue: str) -> None:
+    def __init__(self, body: bytes, message_id: str, deadline: float | None, queue: str, on_failure=None) -> None:
         self.body = body
         self.queue = queue
         self.message_id = message_id
-        self.deadline = deadline  # time.monotonic() when the caller stops waiting
+        # time.monotonic() when the caller stops waiting; None (nobody waits: publish_soon):
+        # NIGHTJAR_BROKER_TIMEOUT from when the thread takes it.
+        self.deadline = deadline
+        self.on_failure = on_failure  # publish_soon's: told of the error, on the publisher thread
+        self.skipped = False  # not tried: the broker failed moments ago (Backoff)
         self.refusals = 0
         self.error: BrokerError | None = None
         self.done = threading.Event()
@@ -196,8 +201,9 @@ class _PublisherThread(threading.Thread):
     """Owns one confirmed connection and publishes what it is handed, one at
     a time. Only this thread touches the connection (pika is not thread-safe)."""
 
-    def __init__(self, on_finished: Callable[[_Publication], None]) -> None:
+    def __init__(self, on_finished: Callable[[_Publication], None], backoff: Backoff) -> None:
         super().__init__(name="nightjar-publisher", daemon=True)
+        self.backoff = backoff  # the Publisher's: publish_soon's jobs skip a broker that failed moments ago
         self.jobs: queue.SimpleQueue[_Publication | None] = queue.SimpleQueue()
         self.on_finished = on_finished
         self.connection: pika.BlockingConnection | None = None
@@ -206,11 +212,21 @@ class _PublisherThread(threading.Thread):
         # Set by RabbitMQ's connection.blocked (a memory or disk alarm): publishes
         # fail at once instead of waiting for blocked_connection_timeout.
         self.blocked = False
+        self.busy_since: float | None = None  # time.monotonic() when the job under way was taken
 
     def run(self) -> None:
         background_thread()
         while (job := self.jobs.get()) is not None:
+            if job.deadline is None:
+                job.deadline = time.monotonic() + conf.NIGHTJAR_BROKER_TIMEOUT
+            self.busy_since = time.monotonic()
             try:
+                if job.on_failure is not None:
+                    # Nobody waits for it: a broker that failed moments ago is not tried again for each
+                    # of the publishes queued behind (as a caller's publish is not: Backoff).
+                    job.skipped = True
+                    self.backoff.check()
+                    job.skipped = False
                 self.publish(job)
             except BrokerError as error:
                 job.error = error
@@ -218,6 +234,7 @@ class _PublisherThread(threading.Thread):
                 logger.exception("The publisher thread failed")
                 job.error = BrokerError(f"Publishing failed unexpectedly: {error}")
             finally:
+                self.busy_since = None
                 self.on_finished(job)
                 job.done.set()
         self.close()
@@ -252,6 +269,7 @@ class _PublisherThread(threading.Thread):
                 self.close()
                 job.refusals += 1
                 pause = min(REFUSED_RETRY_PAUSE * job.refusals, 1.0)
+                assert job.deadline is not None  # run() set it when it took the job
                 if time.monotonic() + pause >= job.deadline:
                     raise
                 logger.info("RabbitMQ refused a publish (%d time(s)); trying again within its deadline", job.refusals)
@@ -298,11 +316,20 @@ class Publisher:
     an alarm, or a queue without quorum. A publish the deadline gave up on may
     still be confirmed later; the worker makes such a repeat harmless."""
 
+    # publish_soon: publishes handed to the thread and not yet done, at most this many; past
+    # it the caller waits for room (as long as a publish would wait for its confirm), so a
+    # burst of enqueues slows down to the broker's pace instead of leaving tasks to reconcile.
+    MAX_WAITING = 1000
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._thread: _PublisherThread | None = None
+        self._thread_lock = threading.Lock()  # starting the thread (publish holds _lock while it waits)
         self._current: _Publication | None = None
         self._backoff = Backoff()
+        self._waiting = 0  # publish_soon's jobs not done yet
+        self._room = threading.Condition()  # guards _waiting; notified as jobs finish
+        self._flush_at_exit = False
 
     def publish(self, body: bytes, *, message_id: str, queue: str) -> None:
         """Publish persistently to queue and wait for the confirm. Raises BrokerError."""
@@ -316,10 +343,7 @@ class Publisher:
                 # The thread is still waiting on a publish an earlier caller gave up on.
                 raise BrokerError("RabbitMQ has not answered an earlier publish yet; this one is left for reconcile.")
             job = self._current = _Publication(body, message_id, deadline, queue)
-            if self._thread is None:
-                self._thread = _PublisherThread(self._finished)
-                self._thread.start()
-            self._thread.jobs.put(job)
+            self._started_thread().jobs.put(job)
             if not job.done.wait(max(deadline - time.monotonic(), 0)):
                 if not job.refusals:  # refused and tried again until now: the broker is there
                     self._backoff.failed()
@@ -335,19 +359,86 @@ class Publisher:
         finally:
             self._lock.release()
 
+    def publish_soon(self, body: bytes, *, message_id: str, queue: str, on_failure) -> None:
+        """Hand the publish to the thread and return without waiting for the
+        confirm: for an intent already safe in its row, which reconcile
+        publishes if this publish is lost, the confirm buys a shorter wait
+        before the first run, not safety (issue 51). on_failure(BrokerError)
+        is called on the publisher thread, or here when the publish is left
+        for reconcile at once (the broker failed moments ago, the thread is
+        stuck on a publish, or MAX_WAITING still wait after the broker timeout)."""
+        timeout = conf.NIGHTJAR_BROKER_TIMEOUT
+        try:
+            self._backoff.check()
+            thread = self._started_thread()
+            busy_since = thread.busy_since
+            if busy_since is not None and time.monotonic() - busy_since > timeout:
+                raise BrokerError("RabbitMQ has not answered an earlier publish yet; this one is left for reconcile.")
+            with self._room:
+                if not self._room.wait_for(lambda: self._waiting < self.MAX_WAITING, timeout=timeout):
+                    raise BrokerError(f"{self._waiting} publishes wait for RabbitMQ; this one is left for reconcile.")
+                self._waiting += 1
+        except BrokerError as error:
+            on_failure(error)
+            return
+        if not self._flush_at_exit:
+            self._flush_at_exit = True
+            atexit.register(self._flush)
+        thread.jobs.put(_Publication(body, message_id, None, queue, on_failure))
+
+    def _flush(self) -> None:
+        """At the process's exit: what was handed to the thread goes out
+        while the thread makes progress (a command that enqueued many tasks
+        leaves none to reconcile's period when the broker is up); given up
+        when no publish has finished for NIGHTJAR_BROKER_TIMEOUT (the broker
+        frozen: reconcile's, as a process killed at that moment would leave them)."""
+        with self._room:
+            while self._waiting > 0:
+                before = self._waiting
+
+                def progressed(before: int = before) -> bool:
+                    return self._waiting < before
+
+                self._room.wait_for(progressed, timeout=conf.NIGHTJAR_BROKER_TIMEOUT)
+                if self._waiting >= before:
+                    return
+
+    def _started_thread(self) -> _PublisherThread:
+        with self._thread_lock:
+            if self._thread is None:
+                self._thread = _PublisherThread(self._finished, self._backoff)
+                self._thread.start()
+            return self._thread
+
     def _finished(self, job: _Publication) -> None:
         if self._current is job:
             self._current = None
+        if job.on_failure is None:
+            return
+        with self._room:
+            self._waiting = max(0, self._waiting - 1)  # (a job of a thread before reset() counts no more)
+            self._room.notify()
+        if job.error is None:
+            self._backoff.succeeded()
+            return
+        # As publish() does: only a broker that cannot be reached makes the next publishes skip it.
+        if not isinstance(job.error, Refused) and not job.skipped:
+            self._backoff.failed()
+        try:
+            job.on_failure(job.error)
+        except Exception:
+            logger.exception("Could not report a failed publish")
 
     def reset(self) -> None:
         """Forget the connection and any backoff (tests, and after a fork).
         A thread still stuck on the old connection ends when that does."""
-        with self._lock:
+        with self._lock, self._thread_lock:
             if self._thread is not None:
                 self._thread.jobs.put(None)
             self._thread = None
             self._current = None
             self._backoff = Backoff()
+            self._waiting = 0
 
 
 publisher = Publisher()
