@@ -156,7 +156,7 @@ class Channel(abc.ABC):
         """Publish one delivery of a stored intent on self.queue; raises BrokerError.
         Never called inside a transaction: it waits on the network."""
 
-    def publish_soon(self, intent, *, on_failure: Callable) -> None:
+    def publish_soon(self, intent: Any, *, on_failure: Callable[[transport.BrokerError], object]) -> None:
         """publish_after_commit(wait=False): publish without waiting for the
         broker's answer where the transport can (transport.publish_soon);
         on_failure(BrokerError) hears of a failure, maybe from another thread.
@@ -205,7 +205,7 @@ class Channel(abc.ABC):
         """Keys these bodies seem to name, unchecked (for reading ahead). Never raises."""
         return {key for key in map(self.claimed_id, bodies) if key is not None}
 
-    def stored(self, ids: Iterable[int]) -> dict[int, tuple[object, float]]:
+    def stored(self, ids: Iterable[int]) -> dict[int, tuple[Any, float]]:
         """For each stored intent among ids: (what check_stored compares, here
         the row, when it was stored in seconds since the epoch). One query ({}
         without one for no ids)."""

@@ -269,6 +269,7 @@ class _PublisherThread(threading.Thread):
                 self.close()
                 job.refusals += 1
                 pause = min(REFUSED_RETRY_PAUSE * job.refusals, 1.0)
+                assert job.deadline is not None  # run() set it when it took the job
                 if time.monotonic() + pause >= job.deadline:
                     raise
                 logger.info("RabbitMQ refused a publish (%d time(s)); trying again within its deadline", job.refusals)
@@ -394,7 +395,11 @@ class Publisher:
         with self._room:
             while self._waiting > 0:
                 before = self._waiting
-                self._room.wait_for(lambda before=before: self._waiting < before, timeout=conf.NIGHTJAR_BROKER_TIMEOUT)
+
+                def progressed(before: int = before) -> bool:
+                    return self._waiting < before
+
+                self._room.wait_for(progressed, timeout=conf.NIGHTJAR_BROKER_TIMEOUT)
                 if self._waiting >= before:
                     return
 

@@ -1,6 +1,9 @@
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from nightjar_delivery import exits, reconcile
+from nightjar_delivery.channel import Channel
 
 
 class Command(BaseCommand):
@@ -10,7 +13,7 @@ class Command(BaseCommand):
         "(reconcile does this too); `requeue ID` publishes one again; `discard ID` gives up on it."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         exits.add_channel_argument(parser)
         actions = parser.add_subparsers(dest="action", metavar="{list,collect,requeue,discard}")
         actions.add_parser("list", help="List parked deliveries waiting for staff (the default).")
@@ -19,7 +22,7 @@ class Command(BaseCommand):
             action = actions.add_parser(name, help=f"{what}; leaves a trace.")
             action.add_argument("code", help="The id `nightjar_parked` lists, as the channel writes it.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"] or "list"
         channel = exits.select_channel(options["channel"])
         with exits.exit_codes():
@@ -40,7 +43,7 @@ class Command(BaseCommand):
             else:
                 self.show_list(channel)
 
-    def collect(self, channel):
+    def collect(self, channel: Channel) -> None:
         report = reconcile.collect_dead_letters(channel)
         for code in report.parked:
             self.stdout.write(f"Parked {code}")
@@ -52,7 +55,7 @@ class Command(BaseCommand):
             f"{report.rejected} rejected messages, {report.dropped} already had their {channel.outcome}."
         )
 
-    def show_list(self, channel):
+    def show_list(self, channel: Channel) -> None:
         waiting = reconcile.parked_lines(channel)
         for line in waiting:
             self.stdout.write(line)

@@ -1,4 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nightjar_delivery import exits, reconcile
 
@@ -13,7 +15,7 @@ class Command(BaseCommand):
         "Safe at any time: the worker makes no second outcome."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--limit", type=int, default=100, help="At most this many per pass (default 100); full passes repeat."
         )
@@ -22,7 +24,7 @@ class Command(BaseCommand):
         )
         exits.add_channel_argument(parser)
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["limit"] < 1 or options["older_than"] < 0:
             raise CommandError("--limit must be at least 1 and --older-than not negative.", returncode=exits.USAGE)
         channel = exits.select_channel(options["channel"])

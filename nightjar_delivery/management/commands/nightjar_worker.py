@@ -3,8 +3,9 @@ import gc
 import itertools
 import logging
 import sys
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nightjar_delivery import channel as channels
 from nightjar_delivery import exits, metrics, supervisor, transport
@@ -41,11 +42,11 @@ class Command(BaseCommand):
         "--drain until the queue is empty; --serve until SIGTERM or Ctrl+C."
     )
 
-    def run_from_argv(self, argv):
+    def run_from_argv(self, argv: list[str]) -> None:
         self.argv = list(argv)  # (for --handler's help, which names the chosen channel's default)
         return super().run_from_argv(argv)
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--drain", action="store_true", help="Repeat until nothing is ready, then print a count.")
         mode.add_argument("--serve", action="store_true", help="Consume until SIGTERM/SIGINT (service mode).")
@@ -133,13 +134,13 @@ class Command(BaseCommand):
         )
 
     @staticmethod
-    def prefetch(options) -> int:
+    def prefetch(options: dict[str, Any]) -> int:
         # A batch can only fill up if RabbitMQ may send that many ahead.
         if options["batch"]:
             return max(options["batch"], options["prefetch"] if options["serve"] else 0)
         return options["prefetch"] if options["serve"] else 1
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["prefetch"] < 1:
             raise CommandError("--prefetch must be at least 1.", returncode=exits.USAGE)
         if options["batch"] is not None and not 1 <= options["batch"] <= 1000:
