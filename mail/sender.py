@@ -20,6 +20,9 @@ comes back to every sender when its lease runs out: a committed mail is never
 forgotten. Without NIGHTJAR_SMTP_HOST the mails are written as .eml files to
 NIGHTJAR_MAIL_DIR instead (bin/run's default)."""
 
+import email.generator
+import email.message
+import io
 import logging
 import os
 import smtplib
@@ -101,6 +104,15 @@ def backoff(attempts: int) -> float:
     return min(conf.NIGHTJAR_MAIL_RETRY_SECONDS * 2 ** max(0, attempts - 1), MAX_BACKOFF_SECONDS)
 
 
+def wire_bytes(message: email.message.Message) -> bytes:
+    """The message as SMTP carries it (CRLF line ends). Through the standard
+    library's generator: Django 5.2's message takes a linesep, Django 6's
+    (email.message.EmailMessage, the modern API) takes a policy instead."""
+    out = io.BytesIO()
+    email.generator.BytesGenerator(out, mangle_from_=False).flatten(message, linesep="\r\n")
+    return out.getvalue()
+
+
 def deliver(mail: Mail) -> Outcome:
     """Send one claimed mail (outside any transaction) and record the outcome."""
     try:
@@ -111,7 +123,7 @@ def deliver(mail: Mail) -> Outcome:
         logger.exception("Could not compose mail %s", mail.pk)
         return record(mail, Refused(f"Could not compose the mail: {type(error).__name__}: {error}", permanent=False))
     try:
-        reply = transmit(mail, message.as_bytes(linesep="\r\n"))
+        reply = transmit(mail, wire_bytes(message))
     except Refused as refusal:
         return record(mail, refusal)
     except Exception as error:  # a bug or an address smtplib cannot write: this mail's failure alone
