@@ -390,8 +390,12 @@ class Publisher:
         """At the process's exit: what was handed to the thread goes out
         while the thread makes progress (a command that enqueued many tasks
         leaves none to reconcile's period when the broker is up); given up
-        when no publish has finished for NIGHTJAR_BROKER_TIMEOUT (the broker
-        frozen: reconcile's, as a process killed at that moment would leave them)."""
+        when no publish has finished for three NIGHTJAR_BROKER_TIMEOUTs (the
+        broker frozen: reconcile's, as a process killed at that moment would
+        leave them). Three: a process's first publish connects, opens its
+        confirmed channel and declares the queue before it publishes, each
+        step within the timeout (a loaded machine took longer than one)."""
+        patience = 3 * conf.NIGHTJAR_BROKER_TIMEOUT
         with self._room:
             while self._waiting > 0:
                 before = self._waiting
@@ -399,7 +403,7 @@ class Publisher:
                 def progressed(before: int = before) -> bool:
                     return self._waiting < before
 
-                self._room.wait_for(progressed, timeout=conf.NIGHTJAR_BROKER_TIMEOUT)
+                self._room.wait_for(progressed, timeout=patience)
                 if self._waiting >= before:
                     return
 
