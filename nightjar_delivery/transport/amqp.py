@@ -368,9 +368,19 @@ class Publisher:
         for reconcile at once (the broker failed moments ago, the thread is
         stuck on a publish, or MAX_WAITING still wait after the broker timeout)."""
         timeout = conf.NIGHTJAR_BROKER_TIMEOUT
+        thread = self._started_thread()
+        if thread.connection is None or thread.connection.is_closed:
+            # Not connected yet: this one connects and publishes on the caller's time, as publish()
+            # does. A process that enqueues and exits at once (`manage.py shell -c`) would otherwise
+            # connect at its exit, where Python 3.12 refuses pika the thread its name lookup starts
+            # ("can't create new thread at interpreter shutdown") and the task waits for reconcile.
+            try:
+                self.publish(body, message_id=message_id, queue=queue)
+            except BrokerError as error:
+                on_failure(error)
+            return
         try:
             self._backoff.check()
-            thread = self._started_thread()
             busy_since = thread.busy_since
             if busy_since is not None and time.monotonic() - busy_since > timeout:
                 raise BrokerError("RabbitMQ has not answered an earlier publish yet; this one is left for reconcile.")
