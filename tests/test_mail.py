@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 from django.urls import reverse
 
-from mail import sender
+from mail import outbox, sender
 from mail.models import Kind, Mail, State
 from tests.test_seats import drain
 from tickets.models import Registration
@@ -65,6 +65,32 @@ def test_a_rolled_back_fact_leaves_no_mail():
         raise RuntimeError("the registration's transaction fails")
     assert Mail.objects.count() == 0 and Registration.objects.count() == 2
     assert Registration.objects.get(pk=waiting.pk).seat == "waiting"
+
+
+def test_the_tickets_mail_takes_the_address_the_screening_read_and_reads_it_itself_otherwise(monkeypatch):
+    """The worker's screening reads the registration's row (its name, its
+    seat and its address) just before the handler issues the ticket: the
+    mail's address comes from that read, not from a statement of its own per
+    ticket (on PostgreSQL a round trip per delivery); without that read, the
+    mail reads the address itself, and a guest without one gets no mail."""
+    ada = register_guest(name="Ada Read", email="ada@example.org")
+    bo = register_guest(name="Bo Unread", email="bo@example.org")
+    cy = register_guest(name="Cy Nomail")
+    statements = []  # the mail's own (the engine's plain cursor, which Django's query log does not see)
+    execute = outbox.sql.execute
+    monkeypatch.setattr(outbox.sql, "execute", lambda *args, **kw: statements.append(args[0]) or execute(*args, **kw))
+    Registration.objects.stored([ada.pk, cy.pk])  # what the screening reads, for this delivery and the next
+    statements.clear()
+    assert outbox.addresses([ada.pk, cy.pk]) == [(ada.pk, "ada@example.org")]
+    assert statements == []
+    # Bo's row was not read: his address is, in one statement.
+    assert outbox.addresses([bo.pk, ada.pk]) == [(ada.pk, "ada@example.org"), (bo.pk, "bo@example.org")]
+    assert len(statements) == 1
+    for registration in (ada, bo, cy):
+        with transaction.atomic():
+            issue_ticket(registration_id=registration.pk, name=registration.name)
+    assert kinds(ada) == kinds(bo) == [Kind.TICKET] and kinds(cy) == []
+    assert Mail.objects.get(registration=bo).address == "bo@example.org"
 
 
 def test_each_mail_is_sent_once_with_its_message_id_link_and_ticket(smtp):
