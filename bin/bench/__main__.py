@@ -72,6 +72,15 @@ def _tasks_limit(sections, options: Options) -> None:
         sections.on_postgres(["tasks-limit"], options.quick)
 
 
+def _tasks_db(sections, options: Options) -> None:
+    from bench import tasks
+
+    pairs = tasks.db_pairs(sections.connection.vendor)
+    tasks.bench_tasks(300 if options.quick else 1000, options.quick, pairs=pairs)
+    if sections.connection.vendor == "sqlite":  # then on PostgreSQL, in the same run
+        sections.on_postgres(["tasks-db"], options.quick)
+
+
 def _dbqueue(sections, options: Options) -> None:
     from bench import dbqueue
 
@@ -149,6 +158,13 @@ SECTIONS: dict[str, Section] = {
         "the database transport (db://default), SQLite then PostgreSQL: a raw SKIP LOCKED loop (sqlite3,\n"
         "psycopg) against Nightjar's worker on it, per delivery; an idle consumer's pick-up latency\n"
         "(only with --only dbqueue)",
+        default=False,
+    ),
+    "tasks-db": Section(
+        _tasks_db,
+        "Nightjar's tasks on the database transport (db://default, no broker) against the backends that\n"
+        "need nothing but the database: django-tasks-db, procrastinate (PostgreSQL), per delivery and\n"
+        "batch 50, in pairs, SQLite then PostgreSQL (only with --only tasks-db)",
         default=False,
     ),
     "tasks-limit": Section(

@@ -34,7 +34,7 @@ from django.db import connection
 from bench import sections, stack
 from bench.peers import ROW_TABLE
 from nightjar_delivery import sql
-from nightjar_delivery.transport import amqp
+from nightjar_delivery.transport import amqp, database
 
 RAW_TASK_TABLE = "bench_raw_task"
 TASK_TABLE, KEY_TABLE = "nightjar_tasks_taskrecord", "nightjar_tasks_taskcompletion"
@@ -68,6 +68,9 @@ CONTENDERS = {
     "nightjar_batch_2proc": ("Nightjar tasks, batch 50, 2 processes", 2),
     # One command, `--processes 2` (nightjar_delivery/supervisor.py): its two children.
     "nightjar_processes2": ("Nightjar tasks, per delivery, one worker --processes 2", 2),
+    # The database transport (issue 49): no broker, the queue is a table of the same database.
+    "nightjar_db_1proc": ("Nightjar tasks on the database transport (db://default), per delivery, 1 process", 1),
+    "nightjar_db_batch_1proc": ("Nightjar tasks on the database transport (db://default), batch 50, 1 process", 1),
     # The same workers with nightjar_tasks.limits.Limit replaced by nothing: what the time limit costs.
     "nightjar_1proc_no_limit": ("Nightjar tasks, per delivery, 1 process, without the time limit", 1),
     "nightjar_batch_1proc_no_limit": ("Nightjar tasks, batch 50, 1 process, without the time limit", 1),
@@ -93,6 +96,27 @@ PAIRS = [
 POSTGRES_PAIRS = [("procrastinate_1proc", "nightjar_1proc", None)]
 # The tasks-processes section (issue 51): `worker --processes 2` against two workers started apart.
 PROCESSES_PAIRS = [("nightjar_2proc", "nightjar_processes2", None)]
+
+
+def db_pairs(vendor: str) -> list[tuple[str, str, float | None]]:
+    """The tasks-db section (issue 49): Nightjar's tasks on the database transport against the
+    backends that need nothing but the database, with the issue's targets: per delivery >= 3x
+    django-tasks-db and >= 2x procrastinate on PostgreSQL, >= 5x django-tasks-db on SQLite;
+    batches of 50 >= 8x django-tasks-db."""
+    if vendor == "postgresql":
+        return [
+            ("dtdb_1proc", "nightjar_db_1proc", 3.0),
+            ("procrastinate_1proc", "nightjar_db_1proc", 2.0),
+            ("dtdb_1proc", "nightjar_db_batch_1proc", 8.0),
+            ("raw_body_per_delivery", "nightjar_db_1proc", None),
+        ]
+    return [
+        ("dtdb_1proc", "nightjar_db_1proc", 5.0),
+        ("dtdb_1proc", "nightjar_db_batch_1proc", 8.0),
+        ("raw_body_per_delivery", "nightjar_db_1proc", None),
+    ]
+
+
 # The tasks-limit section (issue 39): the time limit's cost per task, the same worker without it
 # as the reference; a ratio near 1 means the alarm costs nothing measurable.
 LIMIT_PAIRS = [
@@ -128,7 +152,7 @@ def prepare_schema() -> None:
 
 def reset() -> None:
     """Empty every contender's tables."""
-    tables = [ROW_TABLE, RAW_TASK_TABLE, "django_tasks_database_dbtaskresult"]
+    tables = [ROW_TABLE, RAW_TASK_TABLE, "django_tasks_database_dbtaskresult", database.TABLE]
     if NIGHTJAR:
         tables += [model._meta.db_table for model in apps.get_app_config("nightjar_tasks").get_models()]
     with connection.constraint_checks_disabled(), connection.cursor() as cursor:
@@ -205,7 +229,7 @@ def peer(key: str, n: int) -> tuple[float, float]:
         command = [sections.PYTHON, "-m", "django", "procrastinate", "worker"]
         procs = start([*command, "--concurrency", "1"], processes, environment)
     else:  # Nightjar's backend: nightjar.settings as shipped, its worker on the tasks channel
-        environment = env()
+        environment = env(NIGHTJAR_BROKER_URL="db://default") if key.startswith("nightjar_db") else env()
         micros = enqueue(n - 1, environment)
         mode = ["--batch", "50", "--prefetch", "100"] if "batch" in key else ["--prefetch", "50"]
         # (Without the time limit: `python -m bench.peers worker ...` runs the same command, Limit disarmed.)
