@@ -156,7 +156,8 @@ SECTIONS: dict[str, Section] = {
     "dbqueue": Section(
         _dbqueue,
         "the database transport (db://default), SQLite then PostgreSQL: a raw SKIP LOCKED loop (sqlite3,\n"
-        "psycopg) against Nightjar's worker on it, per delivery; an idle consumer's pick-up latency\n"
+        "psycopg) against Nightjar's worker on it, per delivery; the pick-up latency, idle and at half\n"
+        "load, beside RabbitMQ's and Redis's\n"
         "(only with --only dbqueue)",
         default=False,
     ),

@@ -1,9 +1,10 @@
 """The database transport (db://default) in the benchmark: the raw ceiling (a
 plain SKIP LOCKED loop with psycopg, or its sqlite3 twin, doing the ticket
 worker's work per delivery), Nightjar's ticket worker on the transport, and
-the pick-up latency of an idle consumer. SQLite (the benchmark's database),
+the pick-up latency, idle and at half load, beside RabbitMQ's and Redis's. SQLite (the benchmark's database),
 then the same on a PostgreSQL cluster of its own."""
 
+import random
 import secrets
 import statistics
 import threading
@@ -44,8 +45,10 @@ def prepare(n: int) -> None:
 def raw_skip_locked(n: int, prefetch: int = 10) -> float:
     """One process: claim the oldest ready rows, as many as the worker's
     prefetch (UPDATE ... RETURNING; FOR UPDATE SKIP LOCKED on PostgreSQL) in
-    autocommit, then per row one transaction: the completion key, the ticket
-    if the key is new, the row's DELETE; COMMIT."""
+    autocommit; their registrations' stored rows read in one SELECT and each
+    body checked against its row (the name), as the worker's screening reads
+    ahead and checks; then per row one transaction: the completion key, the
+    ticket if the key is new, the row's DELETE; COMMIT."""
     db, mark, begin = s.dbapi()
     pg = connection.vendor == "postgresql"
     now_sql = database.NOW[connection.vendor]
@@ -63,6 +66,7 @@ def raw_skip_locked(n: int, prefetch: int = 10) -> float:
         f"INSERT INTO tickets_ticket (registration_id, name, issued, secret) VALUES ({mark}, {mark}, {mark}, {mark})"
     )
     delete = f"DELETE FROM {database.TABLE} WHERE id = {mark}"
+    stored = "SELECT id, name, seat FROM tickets_registration WHERE id " + ("= ANY(%s)" if pg else "IN ({})")
     queue = transport.queue_name()
     cursor = db.cursor()
     done, first, last = 0, 0.0, 0.0
@@ -73,8 +77,15 @@ def raw_skip_locked(n: int, prefetch: int = 10) -> float:
             break
         if not first:
             first = time.perf_counter()
-        for tag, body in rows:
-            message = contract.decode(bytes(body))
+        messages = [(tag, contract.decode(bytes(body))) for tag, body in rows]
+        ids = [message.registration_id for _, message in messages]
+        if pg:
+            cursor.execute(stored, [ids])
+        else:
+            cursor.execute(stored.format(", ".join(["?"] * len(ids))), ids)
+        names = {pk: name for pk, name, _seat in cursor.fetchall()}
+        for tag, message in messages:
+            assert names[message.registration_id] == message.name
             now = datetime.now(UTC).replace(tzinfo=None)
             cursor.execute(begin)
             cursor.execute(key, [message.registration_id, now])
@@ -89,27 +100,36 @@ def raw_skip_locked(n: int, prefetch: int = 10) -> float:
     return (n - 1) / (last - first)
 
 
-def publish_as_another_process(body: bytes) -> None:
-    """transport.publish's INSERT (and NOTIFY), without the in-process wake-up
-    an idle SQLite consumer of the same process gets: the poll finds it."""
-    if connection.vendor == "postgresql":
-        transport.publish(body, message_id="", queue=transport.queue_name())
+def publish_as_another_process(body: bytes, queue: str) -> None:
+    """transport.publish (a broker's, or the database transport's INSERT and
+    NOTIFY), without the in-process wake-up an idle SQLite consumer of the
+    same process gets: the poll finds it."""
+    if settings.NIGHTJAR_BROKER_URL != DB_URL or connection.vendor == "postgresql":
+        transport.publish(body, message_id="", queue=queue)
         return
     sql.execute(
         f"INSERT INTO {database.TABLE} (queue, body, message_id, created, deliveries, claimed_by)"
         f" VALUES (%s, %s, '', {database.NOW['sqlite']}, 0, '')",
-        [transport.queue_name(), body],
+        [queue, body],
         fetch=False,
     )
 
 
-def pickup_latency(count: int, gap: float) -> list[float]:
-    """An idle consumer (its own thread, consume() as the worker calls it):
-    milliseconds from the publish call to consume() yielding the message,
-    one message at a time, `gap` seconds apart (idle in between); published
-    as by another process (SQLite: found by the poll)."""
-    settings.NIGHTJAR_BROKER_URL = DB_URL
-    consumer = transport.Consumer(queue=transport.queue_name())
+def pickup_latency(url: str, count: int, *, gap: float, service: float = 0.0) -> list[float]:
+    """Milliseconds from the publish (the enqueue's commit: the caller's
+    transaction is over) to consume() yielding the message, the consumer in a
+    thread of its own calling consume() as the worker does. Published as by
+    another process (on SQLite without the in-process wake-up a consumer of
+    the same process gets: the poll finds it).
+
+    Idle (service 0): one message every `gap` seconds, the consumer idle in
+    between. Busy: the consumer spends `service` seconds on each message (as
+    the worker's handler would), the messages come at random (exponential
+    gaps averaging `gap`; 2 x service is half the consumer's throughput), so
+    they queue now and then, as at a real half load."""
+    saved, settings.NIGHTJAR_BROKER_URL = settings.NIGHTJAR_BROKER_URL, url
+    queue = f"{transport.queue_name()}.latency-{secrets.token_hex(3)}"
+    consumer = transport.Consumer(queue=queue)
     arrived: dict[bytes, float] = {}
     stop = threading.Event()
 
@@ -117,26 +137,85 @@ def pickup_latency(count: int, gap: float) -> list[float]:
         for delivery in consumer.consume(idle_seconds=0.5):
             if delivery is not None:
                 arrived[delivery.body] = time.perf_counter()
+                if service:
+                    time.sleep(service)
                 consumer.ack(delivery.tag)
             if stop.is_set():
                 return
 
-    thread = threading.Thread(target=consume, daemon=True)
-    thread.start()
-    time.sleep(1.0)  # idle: the SQLite poll at its longest
-    sent: dict[bytes, float] = {}
-    for i in range(count):
-        body = f"latency {i}".encode()
-        sent[body] = time.perf_counter()
-        publish_as_another_process(body)
-        time.sleep(gap)
-    deadline = time.monotonic() + 10
-    while len(arrived) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    stop.set()
-    thread.join(timeout=5)
-    consumer.close()
+    try:
+        thread = threading.Thread(target=consume, daemon=True)
+        thread.start()
+        time.sleep(1.0)  # idle: the SQLite poll at its longest
+        sent: dict[bytes, float] = {}
+        rng = random.Random(count)
+        due = time.perf_counter()
+        for i in range(count):
+            due += rng.expovariate(1 / gap) if service else gap
+            time.sleep(max(0.0, due - time.perf_counter()))
+            body = f"latency {i}".encode()
+            sent[body] = time.perf_counter()
+            publish_as_another_process(body, queue)
+        deadline = time.monotonic() + 10
+        while len(arrived) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stop.set()
+        thread.join(timeout=5)
+        consumer.close()
+        if url == DB_URL:
+            with connection.cursor() as cursor:
+                cursor.execute(f"DELETE FROM {database.TABLE} WHERE queue = %s", [queue])
+        else:
+            transport.delete_queues(queue)
+    finally:
+        settings.NIGHTJAR_BROKER_URL = saved
     return [(arrived[body] - sent[body]) * 1000 for body in sent if body in arrived]
+
+
+def latency_row(key: str, label: str, latencies: list[float], expected: int) -> None:
+    quantiles = statistics.quantiles(latencies, n=100)
+    s.RESULTS[key] = {
+        "label": label,
+        "unit": "ms",
+        "p50": quantiles[49],
+        "p99": quantiles[98],
+        "max": max(latencies),
+        "count": len(latencies),
+    }
+    lost = f"; {expected - len(latencies)} never came within 10 s" if len(latencies) < expected else ""
+    s.say(f"  {label}: p50 {quantiles[49]:.1f} ms, p99 {quantiles[98]:.1f} ms, max {max(latencies):.1f} ms{lost}")
+
+
+def bench_pickup(quick: bool, worker_rate: float) -> None:
+    """Pick-up latency on each transport, idle and at half the database
+    transport's measured per-delivery throughput (the same service time on
+    each, so the differences are the transports'): the database transport,
+    RabbitMQ (the benchmark's node) and Redis Streams (a redis-server of its
+    own; SQLite's run only, as the redis rows)."""
+    service = 1 / worker_rate
+    idle_count = 40 if quick else 200
+    busy_count = min(300 if quick else 2000, int(20 / (2 * service)))
+    s.say(
+        f"Pick-up latency (publish after the commit -> the consumer has it), idle ({idle_count} messages, 50 ms apart)"
+        f" and at half load ({busy_count} messages at random, {worker_rate / 2:,.0f}/s on average, each taking"
+        f" {service * 1e3:.2f} ms: the worker's per-delivery time on db://default just measured)"
+    )
+    transports = [("db", f"the database transport ({s.DATABASE_LIBRARY})", DB_URL)]
+    transports.append(("rabbitmq", "RabbitMQ", settings.NIGHTJAR_BROKER_URL))
+    for slug, name, url in transports:
+        latency_row(
+            f"dbq_pickup_{slug}_idle_ms", f"{name}, idle", pickup_latency(url, idle_count, gap=0.05), idle_count
+        )
+        busy = pickup_latency(url, busy_count, gap=2 * service, service=service)
+        latency_row(f"dbq_pickup_{slug}_half_load_ms", f"{name}, at half load", busy, busy_count)
+    if connection.vendor == "sqlite":
+        with s.redis_server("redis-latency"):
+            url = settings.NIGHTJAR_BROKER_URL
+            latency_row(
+                "dbq_pickup_redis_idle_ms", "Redis Streams, idle", pickup_latency(url, idle_count, gap=0.05), idle_count
+            )
+            busy = pickup_latency(url, busy_count, gap=2 * service, service=service)
+            latency_row("dbq_pickup_redis_half_load_ms", "Redis Streams, at half load", busy, busy_count)
 
 
 def bench_dbqueue(n: int, quick: bool) -> None:
@@ -152,17 +231,4 @@ def bench_dbqueue(n: int, quick: bool) -> None:
         "dbq_worker_per_delivery", "Nightjar's worker on db://default, per delivery", worker, "deliveries/s"
     )
     s.compare(figure, "dbq_raw_per_delivery")
-    latencies = pickup_latency(40 if quick else 200, 0.05)
-    quantiles = statistics.quantiles(latencies, n=100)
-    s.RESULTS["dbq_pickup_ms"] = {
-        "label": "pick-up latency of an idle consumer (publish -> consume() yields)",
-        "unit": "ms",
-        "p50": quantiles[49],
-        "p99": quantiles[98],
-        "max": max(latencies),
-        "count": len(latencies),
-    }
-    s.say(
-        f"  pick-up latency, idle consumer: p50 {quantiles[49]:.1f} ms, p99 {quantiles[98]:.1f} ms,"
-        f" max {max(latencies):.1f} ms ({len(latencies)} messages)"
-    )
+    bench_pickup(quick, statistics.median(worker))
