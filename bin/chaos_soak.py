@@ -12,6 +12,11 @@ reconcile until nothing is pending and finally `audit`, which must pass with
 exactly N tickets. Exit status 0 only then.
 
     --transport redis          Redis Streams instead (redis-server stopped and restarted mid-run)
+    --transport database       no broker: the queue is a table of the database (db://default); with
+                               --database postgres, PostgreSQL itself is stopped and started again
+                               mid-run (the guests wait at the door meanwhile: the site is down, and
+                               what is proven is the workers' and the queue's side); on SQLite there
+                               is no server to restart
     --cluster 3                a three-node RabbitMQ cluster (bin/rabbitmq-cluster); instead of the
                                restart, the quorum queue's leader is killed -9 mid-run and started again,
                                and (as root, nodes in network namespaces) the leader is cut off for 12 s
@@ -56,7 +61,7 @@ class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.folder = Path(tempfile.mkdtemp(prefix="nightjar-chaos-"))
-        self.broker = "redis" if args.transport == "redis" else "rabbitmq"
+        self.broker = {"redis": "redis", "database": "database"}.get(args.transport, "rabbitmq")
         self.cluster = args.cluster if self.broker == "rabbitmq" else 0
         self.rabbit_dir = self.folder / self.broker
         if self.cluster:
@@ -66,16 +71,16 @@ class Soak:
         self.web_port = free_port()
         # A folder of its own: the soak's folder is private to root, and PostgreSQL runs as postgres.
         self.database_dir = Path(tempfile.mkdtemp(prefix="nightjar-chaos-pg-")) if args.database == "postgres" else None
+        self.database_port = free_port()
         if self.database_dir:
-            database_url = subprocess.run(
-                [str(ROOT / "bin" / "postgres-cluster"), "start", str(self.database_dir), str(free_port())],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
+            database_url = self.postgres("start")
         else:
             database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{self.folder / 'chaos.sqlite3'}"
-        self.leader_kills = self.partitions = 0
+        self.leader_kills = self.partitions = self.database_restarts = 0
+        # --transport database: the guests wait while PostgreSQL restarts (set: they may post).
+        self.door_open = threading.Event()
+        self.door_open.set()
+        self.in_flight = 0
         # With a cluster, its nodes run on "machines" of their own (network
         # namespaces) so that one can be cut off; that needs root and iptables.
         self.network: netns.Network | None = None
@@ -136,8 +141,40 @@ class Soak:
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return chaos.manage(ROOT / "manage.py", *args, env=self.env, check=check)
 
+    def postgres(self, action: str) -> str:
+        """Start (its URL) or stop the throwaway PostgreSQL cluster, always on the same port."""
+        command = [str(ROOT / "bin" / "postgres-cluster"), action, str(self.database_dir)]
+        command += [str(self.database_port)] if action == "start" else []
+        return subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+
+    def restart_database(self) -> None:
+        """--transport database: stop PostgreSQL for 2 s and start it again while the workers
+        work through the queue in it. The guests wait first (the site is down meanwhile, its
+        pages an error: what the restart proves is the workers' and the queue's side)."""
+        if not self.database_dir:
+            self.say(f"{self.posted} posted; the queue is the SQLite file: no database server to restart")
+            return
+        self.door_open.clear()
+        while True:
+            with self.lock:
+                if not self.in_flight:
+                    break
+            time.sleep(0.05)
+        self.say(f"{self.posted} posted; the guests wait; stopping PostgreSQL")
+        self.postgres("stop")
+        time.sleep(2)
+        self.say(f"{self.posted} posted; starting PostgreSQL again")
+        self.postgres("start")
+        self.database_restarts += 1
+        self.door_open.set()
+
     def rabbit(self, action: str) -> None:
-        """Start or stop the broker (a RabbitMQ node or cluster, or redis-server with --transport redis)."""
+        """Start or stop the broker (a RabbitMQ node or cluster, or redis-server with --transport redis);
+        with --transport database there is none: the workers' URL names the database."""
+        if self.broker == "database":
+            if action == "start":
+                self.env["NIGHTJAR_BROKER_URL"] = "db://default"
+            return
         if self.cluster:
             cluster = str(ROOT / "bin" / "rabbitmq-cluster")
             if action == "stop":
@@ -256,6 +293,9 @@ class Soak:
         for name in names:
             if interval:
                 time.sleep(interval)
+            self.door_open.wait()
+            with self.lock:
+                self.in_flight += 1
             status: int | str
             try:
                 email = f"{name.lower().replace(' ', '.')}@example.org" if self.smtp else ""
@@ -271,6 +311,7 @@ class Soak:
             with self.lock:
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 self.posted += 1
+                self.in_flight -= 1
 
     def cancel_some(self) -> None:
         """Guests cancel --cancellations random registrations through their
@@ -291,12 +332,16 @@ class Soak:
                 continue
             page = rng.choice(left)
             chosen.add(page)
+            self.door_open.wait()
+            with self.lock:
+                self.in_flight += 1
             try:
                 status: int | str = Guest(base, follow_redirects=False).cancel(page, timeout=30)
             except OSError as error:
                 status = type(error).__name__
             with self.lock:
                 self.cancel_statuses[status] = self.cancel_statuses.get(status, 0) + 1
+                self.in_flight -= 1
 
     def settle_mail(self, deadline: float) -> dict:
         """Chaos over (the workers' and the senders'), the refusals stop: the
@@ -429,6 +474,8 @@ class Soak:
                 time.sleep(0.05)
             if self.cluster:
                 self.kill_leader()
+            elif self.broker == "database":
+                self.restart_database()
             else:
                 self.say(f"{self.posted} posted; stopping {self.broker}")
                 self.rabbit("stop")
@@ -514,7 +561,11 @@ class Soak:
             print(f"  confirmed:            {confirmed} (expected {expected}), waiting: {waiting}")
             print(f"  confirmed with one ticket: {totals['issued']}")
         print(f"  worker kills:         {self.kills} (SIGKILL), restarts: {self.restarts}")
-        print(f"  {self.broker} restarts:    {self.broker_restarts}")
+        if self.broker == "database":
+            print("  transport:            the database (db://default), no broker")
+            print(f"  database restarts:    {self.database_restarts}")
+        else:
+            print(f"  {self.broker} restarts:    {self.broker_restarts}")
         if self.cluster:
             print(f"  cluster:              {self.cluster} nodes, leader killed (-9) {self.leader_kills} time(s)")
             partitioned = f"{self.partitions} time(s)" if self.network else f"not run: {self.no_partition}"
@@ -543,7 +594,10 @@ def main() -> int:
     parser.add_argument("--registrations", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument(
-        "--transport", choices=["amqp", "redis"], default="amqp", help="RabbitMQ (default) or Redis Streams."
+        "--transport",
+        choices=["amqp", "redis", "database"],
+        default="amqp",
+        help="RabbitMQ (default), Redis Streams, or the database itself (db://default).",
     )
     parser.add_argument(
         "--cluster", type=int, default=0, help="RabbitMQ only: a cluster of this many nodes; its leader is killed once."

@@ -18,11 +18,16 @@ with more than one), stuck (results not SUCCESSFUL).
                          figures are printed (how many stay RUNNING), they fail nothing
     --backend both       both, one after the other with the same seed, and the two side by side
     --transport redis    Redis Streams instead of RabbitMQ (Nightjar's backend)
-    --transport database the database transport (db://default): no broker, the queue is the database's rows
+    --transport database the database transport (db://default): no broker, the queue is the database's rows;
+                         at the end no row may be left in its table (none held by a dead worker)
+    --database postgres  a throwaway PostgreSQL cluster of its own (bin/postgres-cluster); with
+                         --transport database it is stopped and started again mid-run, where the
+                         brokers are (the enqueues wait meanwhile: the database is down)
     --http               each task first calls a real HTTP service (in this process) that honours
                          idempotency keys, with its own id as the key; counted at the service: one effect
                          per task (0 duplicate effects), however often a killed worker's redelivery called
     DATABASE_URL         a PostgreSQL database to use instead of a fresh SQLite file (emptied first)
+                         (--database postgres starts one of its own instead)
 """
 
 import argparse
@@ -61,11 +66,17 @@ class TasksSoak:
         self.backend = backend
         self.broker = "redis" if args.transport == "redis" else "rabbitmq"
         self.uses_broker = backend == "nightjar" and args.transport != "database"
+        self.on_database = backend == "nightjar" and args.transport == "database"
         self.folder = Path(tempfile.mkdtemp(prefix=f"nightjar-tasks-soak-{backend}-"))
         self.broker_port = free_port(rabbitmq=self.broker == "rabbitmq")
+        # A folder of its own: the soak's folder is private to root, and PostgreSQL runs as postgres.
+        self.database_dir = Path(tempfile.mkdtemp(prefix="nightjar-tasks-pg-")) if args.database == "postgres" else None
+        self.database_port = free_port()
+        self.database_restarts = 0
+        database_url = self.postgres("start") if self.database_dir else os.environ.get("DATABASE_URL")
         self.env = {
             **os.environ,
-            "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{self.folder / 'soak.sqlite3'}",
+            "DATABASE_URL": database_url or f"sqlite:///{self.folder / 'soak.sqlite3'}",
             "TASKS_DEMO_BACKEND": backend,
             "NIGHTJAR_TASKS_QUEUE": "tasks_demo.chaos",
             "NIGHTJAR_RUN_FILE": "",  # never the settings of a demo someone runs in the checkout
@@ -86,6 +97,22 @@ class TasksSoak:
 
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return chaos.manage(DEMO / "manage.py", *args, env=self.env, check=check)
+
+    def postgres(self, action: str) -> str:
+        """Start (its URL) or stop the throwaway PostgreSQL cluster, always on the same port."""
+        command = [str(ROOT / "bin" / "postgres-cluster"), action, str(self.database_dir)]
+        command += [str(self.database_port)] if action == "start" else []
+        return subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+
+    def queue_rows(self) -> int:
+        """The database transport's rows left in its table for this queue (claimed or not)."""
+        script = (
+            "from django.db import connection; from nightjar_delivery.transport import database; "
+            "cursor = connection.cursor(); "
+            "cursor.execute(f'SELECT COUNT(*) FROM {database.TABLE} WHERE queue = %s', ['tasks_demo.chaos']); "
+            "print(cursor.fetchone()[0])"
+        )
+        return int(self.manage("shell", "-c", script).stdout.split()[-1])
 
     def broker_node(self, action: str) -> None:
         command = [str(ROOT / "bin" / f"{self.broker}-node"), action, str(self.folder / self.broker)]
@@ -152,6 +179,13 @@ class TasksSoak:
             if self.uses_broker:
                 self.say(f"{self.enqueued} enqueued; stopping {self.broker}")
                 self.broker_node("stop")
+            elif self.on_database and self.database_dir:  # the queue is PostgreSQL: it restarts instead
+                self.say(f"{self.enqueued} enqueued; stopping PostgreSQL (the queue) for 2 s")
+                self.postgres("stop")
+                time.sleep(2)
+                self.postgres("start")
+                self.database_restarts += 1
+                self.say("PostgreSQL started again")
             self.enqueue(quarter, "second")
             if self.uses_broker:
                 self.say(f"{self.enqueued} enqueued, the last {quarter} while {self.broker} is down; starting it again")
@@ -186,6 +220,7 @@ class TasksSoak:
                 rounds += 1
                 time.sleep(1)
             figures = self.report()
+            figures["queue_rows"] = self.queue_rows() if self.on_database else 0
         finally:
             self.stop_chaos.set()
             for proc in self.workers:
@@ -201,6 +236,9 @@ class TasksSoak:
                 self.broker_node("stop")
             if self.service:
                 self.service.__exit__(None, None, None)
+            if self.database_dir:
+                subprocess.run([str(ROOT / "bin" / "postgres-cluster"), "stop", str(self.database_dir)])
+                shutil.rmtree(self.database_dir, ignore_errors=True)
         statuses = figures["statuses"]
         # A worker killed with a task unacknowledged: the broker hands it to another (Nightjar's workers say so).
         figures["redeliveries"] = sum(log.read_text(errors="replace").count("redelivered=True") for log in self.logs)
@@ -213,10 +251,12 @@ class TasksSoak:
             running=statuses.get("RUNNING", 0),
             kills=self.kills,
             broker_restarts=self.broker_restarts,
+            database_restarts=self.database_restarts,
             seconds=round(time.monotonic() - self.started, 1),
         )
         figures["ok"] = figures["visits"] == n and figures["lost"] == 0 and figures["duplicates"] == 0
         figures["ok"] = figures["ok"] and figures["stuck"] == 0 and figures["enqueued"] == n
+        figures["ok"] = figures["ok"] and figures["queue_rows"] == 0
         if self.service:
             labels = Counter(effect["label"] for effect in self.service.effects)
             figures.update(
@@ -248,6 +288,8 @@ def summary(all_figures: list[dict]) -> None:
         ("worker SIGKILLs", "kills"),
         ("redeliveries seen", "redeliveries"),
         ("broker restarts", "broker_restarts"),
+        ("PostgreSQL restarts", "database_restarts"),
+        ("queue rows left (db://)", "queue_rows"),
         ("seconds", "seconds"),
     ]
     if "calls" in all_figures[0]:
@@ -271,6 +313,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--backend", choices=["nightjar", "db", "both"], default="nightjar")
     parser.add_argument("--transport", choices=["amqp", "redis", "database"], default="amqp")
+    parser.add_argument(
+        "--database", choices=["sqlite", "postgres"], default="sqlite", help="postgres: a throwaway cluster of its own."
+    )
     parser.add_argument("--max-seconds", type=float, default=600, help="Give up after this long (default 600).")
     parser.add_argument(
         "--min-chaos-seconds", type=float, default=20, help="Keep killing workers at least this long (default 20)."

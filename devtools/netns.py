@@ -34,12 +34,20 @@ def run(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True, text=True)
 
 
+def free_subnet() -> str:
+    """A 10.213.X prefix no route on this host uses: bin/test's lanes run partition tests
+    and soaks side by side, each with a network of its own."""
+    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
+    free = [x for x in range(1, 250) if f"10.213.{x}.0/" not in routes]
+    return f"10.213.{random.choice(free)}"
+
+
 class Network:
     """`names` namespaces on one bridge; `address[name]` is each one's address."""
 
     def __init__(self, names: list[str]) -> None:
         self.tag = uuid.uuid4().hex[:5]
-        self.subnet = f"10.213.{random.randrange(1, 250)}"
+        self.subnet = free_subnet()
         self.bridge = f"njb{self.tag}"
         self.host_address = f"{self.subnet}.254"
         self.namespaces = {name: f"nj{self.tag}{name}" for name in names}

@@ -52,6 +52,15 @@ from nightjar_delivery.transport import memory
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """bin/test runs its lanes side by side: each names a SQLite test database of its own
+    (NIGHTJAR_TEST_DATABASE, a path); unset, nightjar/settings.py's test-db.sqlite3."""
+    name = os.environ.get("NIGHTJAR_TEST_DATABASE")
+    if name and settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        settings.DATABASES["default"]["TEST"]["NAME"] = name
+
+
 # Which transport this run proves: bin/test runs the suite once per transport.
 # database: the queue in the test database itself (db://default), no broker to start.
 TRANSPORT = os.environ.get("NIGHTJAR_TEST_TRANSPORT", "amqp")

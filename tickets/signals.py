@@ -8,7 +8,9 @@ from django.dispatch import Signal
 
 # registration_ids: list[int] — tickets were issued for these registrations
 # (tickets/services/tickets.py: the worker's handler and batch handler, repair), before the tickets' INSERT.
-tickets_issued = Signal()
+# Sent for every delivery: its receivers are cached per sender (as Django's model signals are),
+# not looked up again on every send.
+tickets_issued = Signal(use_caching=True)
 # registration — stored while the evening was full: it waits for a seat.
 registration_waiting = Signal()
 # registrations: list — waiting guests given a freed seat (their tickets follow).
