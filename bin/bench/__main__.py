@@ -206,6 +206,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--processes", type=int, nargs="+", default=[1, 2], help="Worker processes to measure (default 1 2)."
     )
     parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="Runs of each paired measurement (default 3; 1 with --quick): more runs, a steadier median.",
+    )
+    parser.add_argument(
         "--before",
         type=Path,
         help="Another checkout (e.g. a git worktree of main): pairs also run its worker after this one's, "
@@ -249,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench import sections
         from nightjar_delivery import transport
 
-        sections.configure(folder, runs=1 if args.quick else 3, before=args.before and args.before.resolve())
+        runs = args.runs or (1 if args.quick else 3)
+        sections.configure(folder, runs=runs, before=args.before and args.before.resolve())
         say(sections.describe())
         sections.prepare_database()
         try:

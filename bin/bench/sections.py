@@ -896,6 +896,7 @@ def on_postgres(sections: list[str], quick: bool, *args: str) -> None:
         child_json = FOLDER / f"postgres-{uuid.uuid4().hex[:6]}.json"
         command = [PYTHON, str(ROOT / "bin" / "benchmark.py"), "--only", *sections, "--json", str(child_json)]
         command += [*args] + (["--quick"] if quick else []) + (["--before", str(BEFORE)] if BEFORE else [])
+        command += ["--runs", str(RUNS)]
         env = {**os.environ, "NIGHTJAR_BENCH_DATABASE_URL": url}
         env.pop("DATABASE_URL", None)
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
