@@ -60,6 +60,7 @@ def _tasks(sections, options: Options) -> None:
     from bench import tasks
 
     tasks.bench_tasks(300 if options.quick else 1000, options.quick)
+    tasks.bench_pickup(["nightjar_1proc", "dtdb_1proc"], 40 if options.quick else 200)
     if sections.connection.vendor == "sqlite":  # then the same on PostgreSQL, in the same run
         sections.on_postgres(["tasks"], options.quick)
 
@@ -77,6 +78,7 @@ def _tasks_db(sections, options: Options) -> None:
 
     pairs = tasks.db_pairs(sections.connection.vendor)
     tasks.bench_tasks(300 if options.quick else 1000, options.quick, pairs=pairs)
+    tasks.bench_pickup(["nightjar_db_1proc", "dtdb_1proc"], 40 if options.quick else 200)
     if sections.connection.vendor == "sqlite":  # then on PostgreSQL, in the same run
         sections.on_postgres(["tasks-db"], options.quick)
 

@@ -194,6 +194,11 @@ def start(command: list[str], count: int, environment: dict[str, str]) -> list[s
 
 def enqueue(n: int, environment: dict[str, str], *extra: str) -> float:
     """N enqueues in a process of the contender's own: µs per enqueue."""
+    return enqueued(n, environment, *extra)["seconds"] / n * 1e6
+
+
+def enqueued(n: int, environment: dict[str, str], *extra: str) -> dict:
+    """bench.peers enqueue's figures: seconds, cpu_seconds, calls (with --gap)."""
     result = subprocess.run(
         [sections.PYTHON, "-m", "bench.peers", "enqueue", str(n), *extra],
         cwd=stack.ROOT,
@@ -203,13 +208,18 @@ def enqueue(n: int, environment: dict[str, str], *extra: str) -> float:
     )
     if result.returncode:
         raise RuntimeError(f"enqueue failed:\n{result.stdout}{result.stderr}")
-    return json.loads(result.stdout.strip().splitlines()[-1])["seconds"] / n * 1e6
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def peer(key: str, n: int) -> tuple[float, float]:
-    """One run of a backend: (tasks/s, µs per enqueue)."""
+def peer(key: str, n: int, *, pickup: int = 0) -> tuple[float, float]:
+    """One run of a backend: (tasks/s, µs per enqueue). pickup: instead, the
+    worker first, idle, then that many enqueues 50 ms apart: the pick-up
+    latencies (ms from each enqueue call's start, its commit inside it, to
+    its body's row) in PICKUP[key]."""
     reset()
     processes = CONTENDERS[key][1]
+    if pickup:
+        return measure_pickup(key, pickup)
     if key.startswith("dtdb"):
         environment = env(DJANGO_SETTINGS_MODULE="bench.peers.settings_dtdb")
         micros = enqueue(n - 1, environment)
@@ -249,6 +259,51 @@ def peer(key: str, n: int) -> tuple[float, float]:
         with amqp.short_channel("bench") as channel:
             channel.queue_delete(queue)
     return (n - 1) / seconds, micros
+
+
+# key -> the pick-up latencies (ms) measured in this run.
+PICKUP: dict[str, list[float]] = {}
+
+
+def measure_pickup(key: str, count: int) -> tuple[float, float]:
+    """The worker (per delivery, 1 process) started and idle for 3 s, then
+    COUNT enqueues 50 ms apart from a process of their own: ms from each
+    call's start to the row its body wrote."""
+    if key.startswith("nightjar"):
+        environment = env(NIGHTJAR_BROKER_URL="db://default") if key.startswith("nightjar_db") else env()
+        command = [sections.PYTHON, "manage.py", "worker", "--serve", "--channel", "tasks", "--prefetch", "50"]
+    else:  # django-tasks-db's worker as its documentation starts it (its default interval, 1 s)
+        environment = env(DJANGO_SETTINGS_MODULE="bench.peers.settings_dtdb")
+        command = [sections.PYTHON, "-m", "django", "db_worker", "--no-startup-delay", "--no-reload"]
+    procs = start(command, 1, environment)
+    with stack.processes(procs):
+        time.sleep(3)
+        calls = enqueued(count, environment, "--gap", "0.05")["calls"]
+        wait_for_rows(count + 1, procs)  # (and the warm-up call's)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT n, written FROM {ROW_TABLE} WHERE n >= 0")
+        written = dict(cursor.fetchall())
+    PICKUP[key] = [(written[i] - called) * 1000 for i, called in enumerate(calls)]
+    return 0.0, 0.0
+
+
+def bench_pickup(keys: list[str], count: int) -> None:
+    """Each key's pick-up latency (enqueue -> body start), p50 and p99."""
+    say(f"  Pick-up, enqueue -> the body's row, an idle worker, {count} tasks 50 ms apart (ms from the enqueue call):")
+    for key in keys:
+        peer(key, 0, pickup=count)
+        values = PICKUP[key]
+        quantiles = statistics.quantiles(values, n=100)
+        label = CONTENDERS[key][0].split(", per delivery")[0].split(", db_worker")[0]
+        sections.RESULTS[f"tasks_pickup_{key}_ms"] = {
+            "label": f"{label}: enqueue -> body start",
+            "unit": "ms",
+            "p50": quantiles[49],
+            "p99": quantiles[98],
+            "max": max(values),
+            "count": len(values),
+        }
+        say(f"    {label}: p50 {quantiles[49]:.1f} ms, p99 {quantiles[98]:.1f} ms, max {max(values):.1f} ms")
 
 
 def raw(key: str, n: int) -> tuple[float, float]:

@@ -4,6 +4,9 @@ trivial tasks with this process's backend (Django's TASKS, Celery with
 bench.peers.settings_procrastinate), one call each outside any transaction,
 as an application would; prints
 {"seconds": ..., "cpu_seconds": ...} (the N calls, not the start-up) as JSON.
+With --gap SECONDS the calls are that far apart, and "calls" lists each
+call's start (time.time(), the clock the task's row is written with): the
+pick-up latency is the row's time minus its call's start.
 
 `python -m bench.peers worker-without-time-limit worker ARGS...`: `manage.py
 worker ARGS...` with nightjar_tasks' time limit disarmed (the reference of
@@ -39,6 +42,7 @@ def main() -> int:
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--celery", action="store_true")
     kind.add_argument("--procrastinate", action="store_true")
+    parser.add_argument("--gap", type=float, default=0.0)
     args = parser.parse_args()
     if args.celery:
         from bench.peers.celery_app import write_row
@@ -60,11 +64,15 @@ def main() -> int:
 
         call = write_row.enqueue
     call(-1)  # the first call opens the connections: not the steady state
-    started, cpu = time.perf_counter(), time.process_time()
+    started, cpu, calls = time.perf_counter(), time.process_time(), []
     for i in range(args.n):
+        if args.gap:
+            time.sleep(args.gap)
+            calls.append(time.time())
         call(i)
     # cpu_seconds: the process's CPU time, its threads' too (a publisher thread's work is the enqueue's cost)
-    print(json.dumps({"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu}))
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "calls": calls}))
     return 0
 
 
