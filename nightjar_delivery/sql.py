@@ -272,3 +272,31 @@ def plain_datetimes(using: str = DEFAULT_DB_ALIAS) -> bool:
     them in UTC (no TIME_ZONE of its own in DATABASES)."""
     connection = connections[using]
     return connection.vendor == "postgresql" or (connection.vendor == "sqlite" and connection.timezone_name == "UTC")
+
+
+# How often (ms) a PostgreSQL backend running one of a worker's statements looks for its client
+# (client_connection_check_interval, PostgreSQL 14 and later). A server notices a client gone
+# only when it writes to it: a worker killed (or ended past a task's time limit) while a body's
+# statement runs left that statement running, with its transaction's locks, until it ended by
+# itself — one that never ends, for good.
+DEAD_CLIENT_CHECK_MS = 1000
+
+
+def look_for_a_dead_client(sender: object = None, connection: BaseDatabaseWrapper | None = None, **kwargs: Any) -> None:
+    """On a PostgreSQL connection (14+): its statements end within about a
+    second of its process (a connection_created receiver)."""
+    if connection is None or connection.vendor != "postgresql" or getattr(connection, "pg_version", 0) < 140000:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET client_connection_check_interval = {DEAD_CLIENT_CHECK_MS}")
+
+
+def statements_end_with_this_process() -> None:
+    """In a worker: every database connection it opens, and those it has,
+    asks the server to end its statements when the process is gone."""
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(look_for_a_dead_client, dispatch_uid="nightjar-dead-client")
+    for db in connections.all(initialized_only=True):
+        if db.connection is not None:
+            look_for_a_dead_client(connection=db)

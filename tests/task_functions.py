@@ -216,6 +216,26 @@ def escape(name: str, how: str, started_file: str) -> str:
 
 ESCAPES = ("alarm(0)", "own timeout", "SIG_IGN", "except BaseException", "recursive CTE")
 
+ENDLESS_STATEMENT = (
+    "WITH RECURSIVE endless(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM endless) SELECT count(*) FROM endless"
+)
+
+
+@task
+@retry(max_attempts=1, time_limit=600)
+def endless_statement(name: str, started_file: str) -> str:
+    """Inserts <name>, says so in started_file, then runs one statement that
+    never ends (its time limit far away: nothing stops it but the worker's end)."""
+    import pathlib
+
+    from django.db import connection
+
+    Group.objects.create(name=name)  # the transaction holds its locks from here
+    pathlib.Path(started_file).write_text("started\n")
+    with connection.cursor() as cursor:
+        cursor.execute(ENDLESS_STATEMENT)
+    return name
+
 
 @task
 @retry(max_attempts=1)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 
 from nightjar_tasks import limits
@@ -184,6 +184,49 @@ def test_a_body_that_takes_its_alarm_away_is_stopped_by_the_watchdog_and_a_guest
         escaping.refresh()
         assert (escaping.status, escaping.errors) == (TaskResultStatus.READY, [])  # the death: charged on redelivery
     assert not Group.objects.filter(name="escaping").exists()  # rolled back
+
+
+def _statements_running(text: str) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query = %s AND pid <> pg_backend_pid()", [text]
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+def test_a_worker_killed_while_a_bodys_statement_runs_leaves_no_statement_running_in_postgresql(workers, tmp_path):
+    """A worker killed while its body's statement runs: PostgreSQL goes on
+    running a statement whose client is gone until it ends by itself (it
+    notices only when it writes to the client), holding the transaction's
+    locks; one that never ends held them for good (seen in CI: the next
+    test's TRUNCATE waited on it behind a worker that had stopped). The
+    worker's connections ask the server to look for their client every
+    second (client_connection_check_interval): the statement and its locks
+    end within seconds of the worker."""
+    if connection.vendor != "postgresql":
+        pytest.skip("on SQLite the statement runs in the worker's own process and dies with it")
+    started = tmp_path / "started"
+    tasks.endless_statement.enqueue("endless", str(started))
+    worker = workers.start(*TASKS, "--serve")
+    try:
+        _wait_for_file(worker, started)
+        until(lambda: _statements_running(tasks.ENDLESS_STATEMENT), what="the body's statement in PostgreSQL")
+        worker.signal(signal.SIGKILL)
+        worker.finish()
+        ended = time.monotonic() + 10
+        while _statements_running(tasks.ENDLESS_STATEMENT) and time.monotonic() < ended:
+            time.sleep(0.1)
+        assert _statements_running(tasks.ENDLESS_STATEMENT) == [], "the statement outlived its worker by 10 s"
+        with transaction.atomic(), connection.cursor() as cursor:  # and its locks went with it
+            cursor.execute("SET LOCAL lock_timeout = '5s'")
+            cursor.execute("LOCK TABLE auth_group IN ACCESS EXCLUSIVE MODE")
+    finally:  # never leave it running for the next test's TRUNCATE to wait on
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
+                [tasks.ENDLESS_STATEMENT],
+            )
 
 
 def test_a_body_s_forked_child_ends_with_the_body_and_records_acks_or_consumes_nothing(workers):

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nightjar_delivery import channel as channels
-from nightjar_delivery import exits, metrics, supervisor, transport
+from nightjar_delivery import exits, metrics, sql, supervisor, transport
 from nightjar_delivery.checkpoints import CHECKPOINTS, CRASHES, Pause
 from nightjar_delivery.worker import Worker
 
@@ -192,6 +192,9 @@ class Command(BaseCommand):
                 argv=getattr(self, "argv", sys.argv), processes=options["processes"], stdout=self.stdout
             )
             return
+        # A statement of a body still running when this process dies (killed, or ended past a
+        # task's time limit) must not outlive it in PostgreSQL with its locks.
+        sql.statements_end_with_this_process()
         pause = None
         if options["pause"] or options["crash"]:
             pause = Pause(at=options["pause"], crash=options["crash"], stdout=self.stdout)
