@@ -4,7 +4,6 @@ worker's work per delivery), Nightjar's ticket worker on the transport, and
 the pick-up latency, idle and at half load, beside RabbitMQ's and Redis's. SQLite (the benchmark's database),
 then the same on a PostgreSQL cluster of its own."""
 
-import random
 import secrets
 import statistics
 import threading
@@ -18,7 +17,8 @@ from bench import sections as s
 from nightjar_delivery import sql, transport
 from nightjar_delivery.transport import database
 from tickets import contract
-from tickets.models import Registration
+from tickets.models import Registration, Ticket
+from tickets.services.registrations import register_guest
 
 DB_URL = "db://default"
 
@@ -115,18 +115,13 @@ def publish_as_another_process(body: bytes, queue: str) -> None:
     )
 
 
-def pickup_latency(url: str, count: int, *, gap: float, service: float = 0.0) -> list[float]:
-    """Milliseconds from the publish (the enqueue's commit: the caller's
-    transaction is over) to consume() yielding the message, the consumer in a
-    thread of its own calling consume() as the worker does. Published as by
-    another process (on SQLite without the in-process wake-up a consumer of
-    the same process gets: the poll finds it).
-
-    Idle (service 0): one message every `gap` seconds, the consumer idle in
-    between. Busy: the consumer spends `service` seconds on each message (as
-    the worker's handler would), the messages come at random (exponential
-    gaps averaging `gap`; 2 x service is half the consumer's throughput), so
-    they queue now and then, as at a real half load."""
+def pickup_latency(url: str, count: int, gap: float) -> list[float]:
+    """Idle: milliseconds from the publish (the enqueue's commit: the
+    caller's transaction is over) to consume() yielding the message, one
+    message every `gap` seconds, the consumer idle in between, in a thread
+    of its own calling consume() as the worker does. Published as by another
+    process (on SQLite without the in-process wake-up a consumer of the same
+    process gets: the poll finds it)."""
     saved, settings.NIGHTJAR_BROKER_URL = settings.NIGHTJAR_BROKER_URL, url
     queue = f"{transport.queue_name()}.latency-{secrets.token_hex(3)}"
     consumer = transport.Consumer(queue=queue)
@@ -137,8 +132,6 @@ def pickup_latency(url: str, count: int, *, gap: float, service: float = 0.0) ->
         for delivery in consumer.consume(idle_seconds=0.5):
             if delivery is not None:
                 arrived[delivery.body] = time.perf_counter()
-                if service:
-                    time.sleep(service)
                 consumer.ack(delivery.tag)
             if stop.is_set():
                 return
@@ -148,11 +141,8 @@ def pickup_latency(url: str, count: int, *, gap: float, service: float = 0.0) ->
         thread.start()
         time.sleep(1.0)  # idle: the SQLite poll at its longest
         sent: dict[bytes, float] = {}
-        rng = random.Random(count)
-        due = time.perf_counter()
         for i in range(count):
-            due += rng.expovariate(1 / gap) if service else gap
-            time.sleep(max(0.0, due - time.perf_counter()))
+            time.sleep(gap)
             body = f"latency {i}".encode()
             sent[body] = time.perf_counter()
             publish_as_another_process(body, queue)
@@ -172,8 +162,36 @@ def pickup_latency(url: str, count: int, *, gap: float, service: float = 0.0) ->
     return [(arrived[body] - sent[body]) * 1000 for body in sent if body in arrived]
 
 
+def loaded_latency(url: str, rate: float, seconds: float) -> list[float]:
+    """At load: Nightjar's ticket worker (a process, per delivery) on url
+    while this process registers guests at `rate` a second (each in its own
+    transaction, published after its commit, as the site does); milliseconds
+    from each registration's row to its ticket's (the handler's INSERT, at
+    the body's start)."""
+    saved, settings.NIGHTJAR_BROKER_URL = settings.NIGHTJAR_BROKER_URL, url
+    try:
+        s.reset_database()
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {database.TABLE}")
+        procs = s.start_workers(1, "--prefetch", "50", env=s.worker_env(NIGHTJAR_BROKER_URL=url))
+        time.sleep(2)  # connected and idle before the clock starts
+        count = int(rate * seconds)
+        start = time.perf_counter()
+        for i in range(count):
+            time.sleep(max(0.0, start + i / rate - time.perf_counter()))
+            register_guest(name=f"Latency Guest {i}")
+        s.wait_for_tickets(count, procs)
+        s.stop(procs)
+    finally:
+        settings.NIGHTJAR_BROKER_URL = saved
+    return [
+        (ticket.issued - ticket.registration.created).total_seconds() * 1000
+        for ticket in Ticket.objects.select_related("registration")
+    ]
+
+
 def latency_row(key: str, label: str, latencies: list[float], expected: int) -> None:
-    quantiles = statistics.quantiles(latencies, n=100)
+    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
     s.RESULTS[key] = {
         "label": label,
         "unit": "ms",
@@ -187,35 +205,32 @@ def latency_row(key: str, label: str, latencies: list[float], expected: int) -> 
 
 
 def bench_pickup(quick: bool, worker_rate: float) -> None:
-    """Pick-up latency on each transport, idle and at half the database
-    transport's measured per-delivery throughput (the same service time on
-    each, so the differences are the transports'): the database transport,
-    RabbitMQ (the benchmark's node) and Redis Streams (a redis-server of its
-    own; SQLite's run only, as the redis rows)."""
-    service = 1 / worker_rate
-    idle_count = 40 if quick else 200
-    busy_count = min(300 if quick else 2000, int(20 / (2 * service)))
+    """Pick-up latency on each transport: idle (a consumer, publish ->
+    consume() has it) and at half the ticket worker's throughput just
+    measured on db://default (the real worker: registration -> ticket). The
+    database transport, RabbitMQ (the benchmark's node) and Redis Streams (a
+    redis-server of its own; in SQLite's run only, as the redis rows)."""
+    idle_count, seconds = (40, 5.0) if quick else (200, 20.0)
+    rate = worker_rate / 2
     s.say(
-        f"Pick-up latency (publish after the commit -> the consumer has it), idle ({idle_count} messages, 50 ms apart)"
-        f" and at half load ({busy_count} messages at random, {worker_rate / 2:,.0f}/s on average, each taking"
-        f" {service * 1e3:.2f} ms: the worker's per-delivery time on db://default just measured)"
+        f"Pick-up latency: idle ({idle_count} messages 50 ms apart: publish after the commit -> the consumer has"
+        f" it) and at half load (registrations at {rate:,.0f}/s for {seconds:.0f} s, half the worker's rate on"
+        " db://default just measured, one worker: the registration's row -> its ticket's)"
     )
     transports = [("db", f"the database transport ({s.DATABASE_LIBRARY})", DB_URL)]
     transports.append(("rabbitmq", "RabbitMQ", settings.NIGHTJAR_BROKER_URL))
+
+    def measure(slug: str, name: str, url: str) -> None:
+        idle = pickup_latency(url, idle_count, gap=0.05)
+        latency_row(f"dbq_pickup_{slug}_idle_ms", f"{name}, idle", idle, idle_count)
+        loaded = loaded_latency(url, rate, seconds)
+        latency_row(f"dbq_pickup_{slug}_half_load_ms", f"{name}, at half load", loaded, int(rate * seconds))
+
     for slug, name, url in transports:
-        latency_row(
-            f"dbq_pickup_{slug}_idle_ms", f"{name}, idle", pickup_latency(url, idle_count, gap=0.05), idle_count
-        )
-        busy = pickup_latency(url, busy_count, gap=2 * service, service=service)
-        latency_row(f"dbq_pickup_{slug}_half_load_ms", f"{name}, at half load", busy, busy_count)
+        measure(slug, name, url)
     if connection.vendor == "sqlite":
         with s.redis_server("redis-latency"):
-            url = settings.NIGHTJAR_BROKER_URL
-            latency_row(
-                "dbq_pickup_redis_idle_ms", "Redis Streams, idle", pickup_latency(url, idle_count, gap=0.05), idle_count
-            )
-            busy = pickup_latency(url, busy_count, gap=2 * service, service=service)
-            latency_row("dbq_pickup_redis_half_load_ms", "Redis Streams, at half load", busy, busy_count)
+            measure("redis", "Redis Streams", settings.NIGHTJAR_BROKER_URL)
 
 
 def bench_dbqueue(n: int, quick: bool) -> None:

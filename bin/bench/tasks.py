@@ -293,7 +293,7 @@ def bench_pickup(keys: list[str], count: int) -> None:
     for key in keys:
         peer(key, 0, pickup=count)
         values = PICKUP[key]
-        quantiles = statistics.quantiles(values, n=100)
+        quantiles = statistics.quantiles(values, n=100, method="inclusive")
         label = CONTENDERS[key][0].split(", per delivery")[0].split(", db_worker")[0]
         sections.RESULTS[f"tasks_pickup_{key}_ms"] = {
             "label": f"{label}: enqueue -> body start",
