@@ -69,11 +69,9 @@ class Soak:
         else:
             self.rabbit_port = free_port(rabbitmq=self.broker == "rabbitmq")
         self.web_port = free_port()
-        # A folder of its own: the soak's folder is private to root, and PostgreSQL runs as postgres.
-        self.database_dir = Path(tempfile.mkdtemp(prefix="nightjar-chaos-pg-")) if args.database == "postgres" else None
-        self.database_port = free_port()
-        if self.database_dir:
-            database_url = self.postgres("start")
+        self.postgres = chaos.Postgres("nightjar-chaos-pg-") if args.database == "postgres" else None
+        if self.postgres:
+            database_url = self.postgres.start()
         else:
             database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{self.folder / 'chaos.sqlite3'}"
         self.leader_kills = self.partitions = self.database_restarts = 0
@@ -141,17 +139,11 @@ class Soak:
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return chaos.manage(ROOT / "manage.py", *args, env=self.env, check=check)
 
-    def postgres(self, action: str) -> str:
-        """Start (its URL) or stop the throwaway PostgreSQL cluster, always on the same port."""
-        command = [str(ROOT / "bin" / "postgres-cluster"), action, str(self.database_dir)]
-        command += [str(self.database_port)] if action == "start" else []
-        return subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
-
     def restart_database(self) -> None:
         """--transport database: stop PostgreSQL for 2 s and start it again while the workers
         work through the queue in it. The guests wait first (the site is down meanwhile, its
         pages an error: what the restart proves is the workers' and the queue's side)."""
-        if not self.database_dir:
+        if not self.postgres:
             self.say(f"{self.posted} posted; the queue is the SQLite file: no database server to restart")
             return
         self.door_open.clear()
@@ -160,11 +152,9 @@ class Soak:
                 if not self.in_flight:
                     break
             time.sleep(0.05)
-        self.say(f"{self.posted} posted; the guests wait; stopping PostgreSQL")
-        self.postgres("stop")
-        time.sleep(2)
-        self.say(f"{self.posted} posted; starting PostgreSQL again")
-        self.postgres("start")
+        self.say(f"{self.posted} posted; the guests wait; PostgreSQL stopped for 2 s")
+        self.postgres.restart(2)
+        self.say(f"{self.posted} posted; PostgreSQL started again")
         self.database_restarts += 1
         self.door_open.set()
 
@@ -531,9 +521,8 @@ class Soak:
                     except subprocess.TimeoutExpired:
                         proc.kill()
             self.rabbit("stop")
-            if self.database_dir:
-                subprocess.run([str(ROOT / "bin" / "postgres-cluster"), "stop", str(self.database_dir)])
-                shutil.rmtree(self.database_dir, ignore_errors=True)
+            if self.postgres:
+                self.postgres.remove()
 
         redeliveries = sum(log.read_text().count("redelivered=True") for log in self.worker_logs)
         duration = time.monotonic() - self.started

@@ -69,11 +69,9 @@ class TasksSoak:
         self.on_database = backend == "nightjar" and args.transport == "database"
         self.folder = Path(tempfile.mkdtemp(prefix=f"nightjar-tasks-soak-{backend}-"))
         self.broker_port = free_port(rabbitmq=self.broker == "rabbitmq")
-        # A folder of its own: the soak's folder is private to root, and PostgreSQL runs as postgres.
-        self.database_dir = Path(tempfile.mkdtemp(prefix="nightjar-tasks-pg-")) if args.database == "postgres" else None
-        self.database_port = free_port()
+        self.postgres = chaos.Postgres("nightjar-tasks-pg-") if args.database == "postgres" else None
         self.database_restarts = 0
-        database_url = self.postgres("start") if self.database_dir else os.environ.get("DATABASE_URL")
+        database_url = self.postgres.start() if self.postgres else os.environ.get("DATABASE_URL")
         self.env = {
             **os.environ,
             "DATABASE_URL": database_url or f"sqlite:///{self.folder / 'soak.sqlite3'}",
@@ -98,18 +96,12 @@ class TasksSoak:
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return chaos.manage(DEMO / "manage.py", *args, env=self.env, check=check)
 
-    def postgres(self, action: str) -> str:
-        """Start (its URL) or stop the throwaway PostgreSQL cluster, always on the same port."""
-        command = [str(ROOT / "bin" / "postgres-cluster"), action, str(self.database_dir)]
-        command += [str(self.database_port)] if action == "start" else []
-        return subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
-
     def queue_rows(self) -> int:
         """The database transport's rows left in its table for this queue (claimed or not)."""
         script = (
             "from django.db import connection; from nightjar_delivery.transport import database; "
             "cursor = connection.cursor(); "
-            "cursor.execute(f'SELECT COUNT(*) FROM {database.TABLE} WHERE queue = %s', ['tasks_demo.chaos']); "
+            f"cursor.execute(f'SELECT COUNT(*) FROM {{database.TABLE}} WHERE queue = %s', [{self.env['NIGHTJAR_TASKS_QUEUE']!r}]); "
             "print(cursor.fetchone()[0])"
         )
         return int(self.manage("shell", "-c", script).stdout.split()[-1])
@@ -179,11 +171,9 @@ class TasksSoak:
             if self.uses_broker:
                 self.say(f"{self.enqueued} enqueued; stopping {self.broker}")
                 self.broker_node("stop")
-            elif self.on_database and self.database_dir:  # the queue is PostgreSQL: it restarts instead
+            elif self.on_database and self.postgres:  # the queue is PostgreSQL: it restarts instead
                 self.say(f"{self.enqueued} enqueued; stopping PostgreSQL (the queue) for 2 s")
-                self.postgres("stop")
-                time.sleep(2)
-                self.postgres("start")
+                self.postgres.restart(2)
                 self.database_restarts += 1
                 self.say("PostgreSQL started again")
             self.enqueue(quarter, "second")
@@ -236,9 +226,8 @@ class TasksSoak:
                 self.broker_node("stop")
             if self.service:
                 self.service.__exit__(None, None, None)
-            if self.database_dir:
-                subprocess.run([str(ROOT / "bin" / "postgres-cluster"), "stop", str(self.database_dir)])
-                shutil.rmtree(self.database_dir, ignore_errors=True)
+            if self.postgres:
+                self.postgres.remove()
         statuses = figures["statuses"]
         # A worker killed with a task unacknowledged: the broker hands it to another (Nightjar's workers say so).
         figures["redeliveries"] = sum(log.read_text(errors="replace").count("redelivered=True") for log in self.logs)

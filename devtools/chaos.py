@@ -1,13 +1,21 @@
 """What both chaos soaks (bin/chaos_soak.py, bin/tasks_soak.py) do to their
 workers: start one with its output in a log, and SIGKILL a random one every
-0.3-1 s, starting a new one in its place."""
+0.3-1 s, starting a new one in its place; and their throwaway PostgreSQL
+(--database postgres), which they also stop and start again mid-run."""
 
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+from devtools.ports import free_port
+
+POSTGRES_CLUSTER = Path(__file__).resolve().parent.parent / "bin" / "postgres-cluster"
 
 
 def start_logged(command: list[str], *, env: dict, log: Path) -> subprocess.Popen:
@@ -38,3 +46,30 @@ def manage(manage_py: Path, *args: str, env: dict, check: bool = True) -> subpro
     if check and result.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
     return result
+
+
+class Postgres:
+    """A throwaway PostgreSQL cluster (bin/postgres-cluster) in a folder of its
+    own (the soaks' folders are private to root; PostgreSQL runs as postgres),
+    always on the same port, so its URL stays the workers' across a restart."""
+
+    def __init__(self, prefix: str) -> None:
+        self.folder, self.port = Path(tempfile.mkdtemp(prefix=prefix)), free_port()
+
+    def _cluster(self, *args: str) -> str:
+        command = [str(POSTGRES_CLUSTER), *args]
+        return subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+
+    def start(self) -> str:
+        """Its DATABASE_URL."""
+        return self._cluster("start", str(self.folder), str(self.port))
+
+    def restart(self, down_seconds: float = 2.0) -> None:
+        """Stopped, down for down_seconds, started again."""
+        self._cluster("stop", str(self.folder))
+        time.sleep(down_seconds)
+        self.start()
+
+    def remove(self) -> None:
+        subprocess.run([str(POSTGRES_CLUSTER), "stop", str(self.folder)], capture_output=True)
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -17,8 +17,7 @@ from bench import sections as s
 from nightjar_delivery import sql, transport
 from nightjar_delivery.transport import database
 from tickets import contract
-from tickets.models import Registration, Ticket
-from tickets.services.registrations import register_guest
+from tickets.models import Registration
 
 DB_URL = "db://default"
 
@@ -122,13 +121,11 @@ def pickup_latency(url: str, count: int, gap: float) -> list[float]:
     of its own calling consume() as the worker does. Published as by another
     process (on SQLite without the in-process wake-up a consumer of the same
     process gets: the poll finds it)."""
-    saved, settings.NIGHTJAR_BROKER_URL = settings.NIGHTJAR_BROKER_URL, url
     queue = f"{transport.queue_name()}.latency-{secrets.token_hex(3)}"
-    consumer = transport.Consumer(queue=queue)
     arrived: dict[bytes, float] = {}
     stop = threading.Event()
 
-    def consume() -> None:
+    def consume(consumer) -> None:
         for delivery in consumer.consume(idle_seconds=0.5):
             if delivery is not None:
                 arrived[delivery.body] = time.perf_counter()
@@ -136,8 +133,9 @@ def pickup_latency(url: str, count: int, gap: float) -> list[float]:
             if stop.is_set():
                 return
 
-    try:
-        thread = threading.Thread(target=consume, daemon=True)
+    with s.broker(url):
+        consumer = transport.Consumer(queue=queue)
+        thread = threading.Thread(target=consume, args=(consumer,), daemon=True)
         thread.start()
         time.sleep(1.0)  # idle: the SQLite poll at its longest
         sent: dict[bytes, float] = {}
@@ -157,37 +155,7 @@ def pickup_latency(url: str, count: int, gap: float) -> list[float]:
                 cursor.execute(f"DELETE FROM {database.TABLE} WHERE queue = %s", [queue])
         else:
             transport.delete_queues(queue)
-    finally:
-        settings.NIGHTJAR_BROKER_URL = saved
     return [(arrived[body] - sent[body]) * 1000 for body in sent if body in arrived]
-
-
-def loaded_latency(url: str, rate: float, seconds: float) -> list[float]:
-    """At load: Nightjar's ticket worker (a process, per delivery) on url
-    while this process registers guests at `rate` a second (each in its own
-    transaction, published after its commit, as the site does); milliseconds
-    from each registration's row to its ticket's (the handler's INSERT, at
-    the body's start)."""
-    saved, settings.NIGHTJAR_BROKER_URL = settings.NIGHTJAR_BROKER_URL, url
-    try:
-        s.reset_database()
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {database.TABLE}")
-        procs = s.start_workers(1, "--prefetch", "50", env=s.worker_env(NIGHTJAR_BROKER_URL=url))
-        time.sleep(2)  # connected and idle before the clock starts
-        count = int(rate * seconds)
-        start = time.perf_counter()
-        for i in range(count):
-            time.sleep(max(0.0, start + i / rate - time.perf_counter()))
-            register_guest(name=f"Latency Guest {i}")
-        s.wait_for_tickets(count, procs)
-        s.stop(procs)
-    finally:
-        settings.NIGHTJAR_BROKER_URL = saved
-    return [
-        (ticket.issued - ticket.registration.created).total_seconds() * 1000
-        for ticket in Ticket.objects.select_related("registration")
-    ]
 
 
 def latency_row(key: str, label: str, latencies: list[float], expected: int) -> None:
@@ -223,7 +191,10 @@ def bench_pickup(quick: bool, worker_rate: float) -> None:
     def measure(slug: str, name: str, url: str) -> None:
         idle = pickup_latency(url, idle_count, gap=0.05)
         latency_row(f"dbq_pickup_{slug}_idle_ms", f"{name}, idle", idle, idle_count)
-        loaded = loaded_latency(url, rate, seconds)
+        with connection.cursor() as cursor:  # (what an earlier run left on the database transport)
+            cursor.execute(f"DELETE FROM {database.TABLE}")
+        with s.broker(url):  # the real ticket worker: a registration's row -> its ticket's
+            loaded = s.ticket_latencies(rate, seconds, env=s.worker_env(NIGHTJAR_BROKER_URL=url))
         latency_row(f"dbq_pickup_{slug}_half_load_ms", f"{name}, at half load", loaded, int(rate * seconds))
 
     for slug, name, url in transports:

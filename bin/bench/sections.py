@@ -447,28 +447,37 @@ def bench_desk(n: int) -> None:
 # --- 4. End-to-end latency ---------------------------------------------------
 
 
+def ticket_latencies(rate: float, seconds: float, env: dict[str, str] | None = None) -> list[float]:
+    """One worker in service mode (on the broker env names, else the
+    benchmark's) while this process registers guests at `rate` a second, each
+    in its own transaction, published after its commit as the site does:
+    milliseconds from each registration's row to its ticket's (the handler's
+    INSERT), sorted. The database is emptied first."""
+    reset_database()
+    procs = start_workers(1, "--prefetch", "50", env=env)
+    time.sleep(2)  # let the worker connect before the clock starts
+    count = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(count):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        register_guest(name=f"Latency Guest {i}")
+    wait_for_tickets(count, procs)
+    stop(procs)
+    return sorted(
+        (ticket.issued - ticket.registration.created).total_seconds() * 1000
+        for ticket in Ticket.objects.select_related("registration")
+    )
+
+
 def bench_latency(rate: float, seconds: float) -> None:
 
     say(f"End-to-end latency ({rate:.0f} registrations/s for {seconds:.0f} s, one worker in service mode)")
     p50s, p95s, p99s = [], [], []
     for _ in range(RUNS):
-        reset_database()
         publish_bulk([])
-        procs = start_workers(1, "--prefetch", "50")
-        time.sleep(2)  # let the worker connect before the clock starts
-        count = int(rate * seconds)
-        start = time.perf_counter()
-        for i in range(count):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            register_guest(name=f"Latency Guest {i}")
-        wait_for_tickets(count, procs)
-        stop(procs)
-        latencies = sorted(
-            (ticket.issued - ticket.registration.created).total_seconds() * 1000
-            for ticket in Ticket.objects.select_related("registration")
-        )
+        latencies = ticket_latencies(rate, seconds)
         p50s.append(latencies[len(latencies) // 2])
         p95s.append(latencies[int(len(latencies) * 0.95)])
         p99s.append(latencies[int(len(latencies) * 0.99)])
@@ -712,13 +721,18 @@ def raw_redis_consumer(n: int, batch: int, *, ack_with_read: bool = False, lean:
 @contextlib.contextmanager
 def redis_server(name: str):
     """A redis-server of its own (bin/redis-node) as the broker while inside."""
-    saved = settings.NIGHTJAR_BROKER_URL
-    with stack.redis_node(FOLDER / name) as url, stack.environment(NIGHTJAR_BROKER_URL=url):
-        settings.NIGHTJAR_BROKER_URL = url
-        try:
-            yield
-        finally:
-            settings.NIGHTJAR_BROKER_URL = saved
+    with stack.redis_node(FOLDER / name) as url, stack.environment(NIGHTJAR_BROKER_URL=url), broker(url):
+        yield
+
+
+@contextlib.contextmanager
+def broker(url: str):
+    """This process publishes and consumes on url while inside."""
+    saved, settings.NIGHTJAR_BROKER_URL = settings.NIGHTJAR_BROKER_URL, url
+    try:
+        yield
+    finally:
+        settings.NIGHTJAR_BROKER_URL = saved
 
 
 def bench_redis(n: int, web_rates: list[int], web_seconds: float) -> None:

@@ -211,15 +211,15 @@ def enqueued(n: int, environment: dict[str, str], *extra: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def peer(key: str, n: int, *, pickup: int = 0) -> tuple[float, float]:
-    """One run of a backend: (tasks/s, µs per enqueue). pickup: instead, the
-    worker first, idle, then that many enqueues 50 ms apart: the pick-up
-    latencies (ms from each enqueue call's start, its commit inside it, to
-    its body's row) in PICKUP[key]."""
+def nightjar_env(key: str) -> dict[str, str]:
+    """Nightjar's contenders: nightjar.settings as shipped (RabbitMQ), or on the database transport."""
+    return env(NIGHTJAR_BROKER_URL="db://default") if key.startswith("nightjar_db") else env()
+
+
+def peer(key: str, n: int) -> tuple[float, float]:
+    """One run of a backend: (tasks/s, µs per enqueue)."""
     reset()
     processes = CONTENDERS[key][1]
-    if pickup:
-        return measure_pickup(key, pickup)
     if key.startswith("dtdb"):
         environment = env(DJANGO_SETTINGS_MODULE="bench.peers.settings_dtdb")
         micros = enqueue(n - 1, environment)
@@ -239,7 +239,7 @@ def peer(key: str, n: int, *, pickup: int = 0) -> tuple[float, float]:
         command = [sections.PYTHON, "-m", "django", "procrastinate", "worker"]
         procs = start([*command, "--concurrency", "1"], processes, environment)
     else:  # Nightjar's backend: nightjar.settings as shipped, its worker on the tasks channel
-        environment = env(NIGHTJAR_BROKER_URL="db://default") if key.startswith("nightjar_db") else env()
+        environment = nightjar_env(key)
         micros = enqueue(n - 1, environment)
         mode = ["--batch", "50", "--prefetch", "100"] if "batch" in key else ["--prefetch", "50"]
         # (Without the time limit: `python -m bench.peers worker ...` runs the same command, Limit disarmed.)
@@ -261,16 +261,13 @@ def peer(key: str, n: int, *, pickup: int = 0) -> tuple[float, float]:
     return (n - 1) / seconds, micros
 
 
-# key -> the pick-up latencies (ms) measured in this run.
-PICKUP: dict[str, list[float]] = {}
-
-
-def measure_pickup(key: str, count: int) -> tuple[float, float]:
+def pickup(key: str, count: int) -> list[float]:
     """The worker (per delivery, 1 process) started and idle for 3 s, then
     COUNT enqueues 50 ms apart from a process of their own: ms from each
-    call's start to the row its body wrote."""
+    call's start (its commit inside it) to the row its body wrote."""
+    reset()
     if key.startswith("nightjar"):
-        environment = env(NIGHTJAR_BROKER_URL="db://default") if key.startswith("nightjar_db") else env()
+        environment = nightjar_env(key)
         command = [sections.PYTHON, "manage.py", "worker", "--serve", "--channel", "tasks", "--prefetch", "50"]
     else:  # django-tasks-db's worker as its documentation starts it (its default interval, 1 s)
         environment = env(DJANGO_SETTINGS_MODULE="bench.peers.settings_dtdb")
@@ -283,16 +280,14 @@ def measure_pickup(key: str, count: int) -> tuple[float, float]:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT n, written FROM {ROW_TABLE} WHERE n >= 0")
         written = dict(cursor.fetchall())
-    PICKUP[key] = [(written[i] - called) * 1000 for i, called in enumerate(calls)]
-    return 0.0, 0.0
+    return [(written[i] - called) * 1000 for i, called in enumerate(calls)]
 
 
 def bench_pickup(keys: list[str], count: int) -> None:
     """Each key's pick-up latency (enqueue -> body start), p50 and p99."""
     say(f"  Pick-up, enqueue -> the body's row, an idle worker, {count} tasks 50 ms apart (ms from the enqueue call):")
     for key in keys:
-        peer(key, 0, pickup=count)
-        values = PICKUP[key]
+        values = pickup(key, count)
         quantiles = statistics.quantiles(values, n=100, method="inclusive")
         label = CONTENDERS[key][0].split(", per delivery")[0].split(", db_worker")[0]
         sections.RESULTS[f"tasks_pickup_{key}_ms"] = {
