@@ -81,6 +81,8 @@ class Worker:
         self.reconcile_options = reconcile_options or {}
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.shutdown = False
+        # Where the handler commits (the database transport's ack joins that commit): asked once.
+        self.intent_database = router.db_for_write(self.channel.intent_model)
         ch, name, say = self.channel, self.name, self.say
         self.receiver = Receiver(
             channel=ch, name=name, prefetch=prefetch, batch=batch, batch_ms=batch_ms, say=say, stopping=self.stopping
@@ -163,7 +165,7 @@ class Worker:
         started = time.perf_counter()
         accepted, rejections, stored = self.screen.check(deliveries, batch=batch)
         # The database transport: the ack joins the handler's commit (transport.ack_within).
-        with self.receiver.ack_within(deliveries, using=router.db_for_write(self.channel.intent_model)):
+        with self.receiver.ack_within(deliveries, using=self.intent_database):
             channel = self.channel
             if batch:
                 messages = [message for _, message, _ in accepted]
