@@ -2,7 +2,7 @@
 after the handler's commit; reconcile; parking. This module is what a user
 of the engine may import (everything else may change):
 
-    from nightjar_delivery import Channel, register, publish_after_commit, BrokerError
+    from nightjar_delivery import Channel, register, publish_on_commit, BrokerError
 
 The user apps of this repository (tickets, nightjar_tasks, desk, door,
 classroom, the site) import the engine only through these names; a test
@@ -11,7 +11,9 @@ them. Each name is here because a user needs it:
 
 - Channel, register, get_channel, DomainError, HandlerError: what a user
   subclasses, registers in ready(), looks up by name, and raises.
-- publish_after_commit, requeue_parked, discard_parked, reconcile_channel,
+- publish_on_commit (with publish_transaction around a write that may be
+  outside a transaction; publish_after_commit is what it runs after the
+  commit), requeue_parked, discard_parked, reconcile_channel,
   collect_dead_letters, ReconcileReport, CollectReport, RECONCILE_ACTOR: the
   one publish path and the staff's parking and reconcile, for a user's own
   commands and admin.
@@ -50,6 +52,8 @@ _PUBLIC = {
     "register": "channel",
     "get_channel": "channel:get",
     "publish_after_commit": "reconcile",
+    "publish_on_commit": "reconcile",
+    "publish_transaction": "reconcile",
     "requeue_parked": "reconcile",
     "discard_parked": "reconcile",
     "reconcile_channel": "reconcile:reconcile",
@@ -142,6 +146,8 @@ if TYPE_CHECKING:
     from nightjar_delivery.reconcile import collect_dead_letters as collect_dead_letters
     from nightjar_delivery.reconcile import discard_parked as discard_parked
     from nightjar_delivery.reconcile import publish_after_commit as publish_after_commit
+    from nightjar_delivery.reconcile import publish_on_commit as publish_on_commit
+    from nightjar_delivery.reconcile import publish_transaction as publish_transaction
     from nightjar_delivery.reconcile import requeue_parked as requeue_parked
     from nightjar_delivery.recording import park as park
     from nightjar_delivery.recording import record_rejection as record_rejection

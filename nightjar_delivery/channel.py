@@ -154,7 +154,9 @@ class Channel(abc.ABC):
     @abc.abstractmethod
     def publish(self, intent: Any) -> None:
         """Publish one delivery of a stored intent on self.queue; raises BrokerError.
-        Never called inside a transaction: it waits on the network."""
+        On a broker never called inside a transaction (it waits on the
+        network); on the database transport publish_on_commit calls it inside
+        the intent's transaction, whose commit the message then joins."""
 
     def publish_soon(self, intent: Any, *, on_failure: Callable[[transport.BrokerError], object]) -> None:
         """publish_after_commit(wait=False): publish without waiting for the

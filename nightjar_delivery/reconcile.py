@@ -17,13 +17,15 @@ published, its labels, and its refusals.
 - parked_lines(): what `parked` lists.
 """
 
+import contextlib
 import logging
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.utils import timezone
 
 from nightjar_delivery import metrics, recording, transport
@@ -188,7 +190,7 @@ def requeue_parked(channel: Channel, intent: Any, *, actor: str) -> Any:
         held.update(resolution=channel.parked_model.REQUEUED, resolved_by=actor[:150], resolved_at=timezone.now())
         channel.record_staff_action(actor=actor, action="requeue", intent=intent, detail="Requeued a parked delivery.")
         channel.on_requeue(intent)
-        transaction.on_commit(lambda: publish_after_commit(channel, intent))
+        publish_on_commit(channel, intent)
     return intent
 
 
@@ -207,6 +209,41 @@ def discard_parked(channel: Channel, intent: Any, *, actor: str) -> Any:
     return intent
 
 
+def publish_on_commit(channel: Channel, intent: Any, *, wait: bool = True) -> None:
+    """Publish a new (or requeued) intent, whose row the caller writes in its
+    transaction, when that transaction commits: the one way the product
+    publishes. Where the queue is rows of the intent's own database (the
+    database transport) the message is written now, in that transaction, and
+    commits with the intent or not at all: one commit, and nothing left for
+    reconcile in between. Elsewhere publish_after_commit() runs after the
+    commit (at once outside a transaction). A failed publish is logged and
+    left for reconcile either way; the caller's transaction goes on."""
+    using = router.db_for_write(channel.intent_model)
+    if transport.joins_transactions(using) and transaction.get_connection(using).in_atomic_block:
+        try:
+            channel.publish(intent)  # (the database transport's INSERT: a savepoint of its own)
+        except transport.BrokerError as error:
+            _left_for_reconcile(channel, intent.pk, error)
+        return
+    transaction.on_commit(lambda: publish_after_commit(channel, intent, wait=wait), using=using)
+
+
+def publish_transaction(channel: Channel) -> AbstractContextManager[Any]:
+    """Around writing a new intent and its publish_on_commit() when the
+    caller may be outside a transaction (a task's enqueue): one transaction
+    where the publish joins it (see publish_on_commit), so the row and its
+    message commit together; elsewhere nothing of its own (the publish waits
+    for the row's commit anyway, and a transaction would cost PostgreSQL a
+    round trip more)."""
+    using = router.db_for_write(channel.intent_model)
+    return transaction.atomic(using=using) if transport.joins_transactions(using) else contextlib.nullcontext()
+
+
+def _left_for_reconcile(channel: Channel, key: Any, error: transport.BrokerError) -> None:
+    metrics.PUBLISHES_FAILED.inc()
+    logger.warning("%s stored but not published; reconcile will publish it: %s", channel.label(key), error)
+
+
 def publish_after_commit(channel: Channel, intent: Any, *, wait: bool = True) -> None:
     """The intent is already safe in the database, so a failed publish is
     logged and left for reconcile. wait=False: nor does the caller wait for
@@ -216,8 +253,7 @@ def publish_after_commit(channel: Channel, intent: Any, *, wait: bool = True) ->
     key = intent.pk
 
     def left_for_reconcile(error: transport.BrokerError) -> None:
-        metrics.PUBLISHES_FAILED.inc()
-        logger.warning("%s stored but not published; reconcile will publish it: %s", channel.label(key), error)
+        _left_for_reconcile(channel, key, error)
 
     if not wait:
         channel.publish_soon(intent, on_failure=left_for_reconcile)

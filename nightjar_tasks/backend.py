@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from nightjar_delivery import get_channel, publish_after_commit, storable_text
+from nightjar_delivery import get_channel, publish_on_commit, publish_transaction, storable_text
 from nightjar_tasks import checks, conf, rows
 from nightjar_tasks.compat import (
     BaseTaskBackend,
@@ -204,15 +204,16 @@ class NightjarBackend(BaseTaskBackend):
             published_at=now if due else None,  # a deferred one: reconcile publishes it when due
             atomic=options["atomic"],
         )
-        rows.insert(record)
-        if due:
-            # In the caller's transaction: published only if it commits (at once in autocommit).
-            # Safe in its row: after the commit the engine publishes it without waiting for the
-            # broker's confirm (a failed publish is logged and left for reconcile, whose period
-            # bounds its wait; the confirm would only shorten the wait to its first run).
-            transaction.on_commit(
-                lambda: publish_after_commit(get_channel(conf.channel_name(record.queue_name)), record, wait=False)
-            )
+        channel = get_channel(conf.channel_name(record.queue_name))
+        # The database transport: the row and its message in one transaction (publish_transaction).
+        with publish_transaction(channel):
+            rows.insert(record)
+            if due:
+                # Published only if the caller's transaction commits (at once in autocommit). Safe
+                # in its row: on a broker the engine publishes it after the commit without waiting
+                # for the broker's confirm (a failed publish is logged and left for reconcile, whose
+                # period bounds its wait; the confirm would only shorten the wait to its first run).
+                publish_on_commit(channel, record, wait=False)
         result = to_result(record, task)
         task_enqueued.send(type(self), task_result=result)
         return result

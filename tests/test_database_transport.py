@@ -5,13 +5,20 @@ dead letters, a publish inside a transaction. The conformance and crash-window
 tests prove the rest on it (bin/test's database leg)."""
 
 import time
+from unittest import mock
 
 import pytest
 from django.core import checks
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from nightjar_delivery import transport
 from nightjar_delivery.checks import broker_settings
+from nightjar_delivery.transport import database
+from nightjar_tasks.models import TaskRecord
+from tests import task_functions as tasks
+from tickets import contract
+from tickets.models import Registration
+from tickets.services.registrations import register_guest
 
 # transport_free: it names its own transport (db://default), whichever broker the run started.
 pytestmark = [
@@ -85,6 +92,61 @@ def test_a_publish_inside_a_transaction_is_rolled_back_with_it(on_the_database):
         assert take(consumer) is None
     finally:
         consumer.close()
+
+
+def ready_rows(queue: str) -> int:
+    return transport.queue_counts(queue)["ready"]
+
+
+def test_a_registration_and_its_message_commit_together_or_not_at_all(on_the_database):
+    """On the database transport the registration's message is written in the
+    registration's own transaction (publish_on_commit), not after its commit:
+    there is no moment when one is committed without the other."""
+    queue = transport.queue_name()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        register_guest(name="Ada Lovelace")
+        assert ready_rows(queue) == 1  # already there, inside the transaction
+        raise RuntimeError("the caller's transaction fails after the registration")
+    assert (Registration.objects.count(), ready_rows(queue)) == (0, 0)
+    registration = register_guest(name="Grace Hopper")
+    assert ready_rows(queue) == 1
+    consumer = transport.Consumer(queue=queue)
+    try:
+        delivery = take(consumer)
+        assert contract.decode(delivery.body).registration_id == registration.pk
+        consumer.ack(delivery.tag)
+    finally:
+        consumer.close()
+
+
+def test_a_task_s_row_and_its_message_commit_together_inside_a_transaction_and_alone(on_the_database):
+    """A task enqueued inside the caller's transaction: its message is a row of
+    that transaction and rolls back with it. Enqueued outside one: the task's
+    row and its message are one transaction of their own (publish_transaction)."""
+    on_the_database.NIGHTJAR_TASKS_QUEUE = queue = f"{on_the_database.NIGHTJAR_QUEUE}.tasks"
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.add.enqueue(1, 2)
+        assert ready_rows(queue) == 1
+        raise RuntimeError("the caller's transaction fails after the enqueue")
+    assert (TaskRecord.objects.count(), ready_rows(queue)) == (0, 0)
+    db, commits = connections[DEFAULT_DB_ALIAS], []
+    real_commit = db.commit
+    # (Outside a transaction Django commits each statement by itself, never calling commit().)
+    with mock.patch.object(db, "commit", side_effect=lambda: commits.append(1) or real_commit()):
+        result = tasks.add.enqueue(2, 3)
+    assert (commits, ready_rows(queue)) == ([1], 1)
+    assert TaskRecord.objects.get(pk=int(result.id)).published_at is not None
+
+
+def test_a_publish_that_fails_inside_the_transaction_leaves_the_row_for_reconcile(on_the_database, caplog):
+    """The message's INSERT fails (its savepoint rolls back): the registration
+    is kept (the guest sees no error) and left for reconcile, as a broker's
+    failed publish after the commit is."""
+    with mock.patch.object(database, "TABLE", "no_such_table"):
+        registration = register_guest(name="Ada Lovelace")
+    assert Registration.objects.filter(pk=registration.pk).exists()
+    assert ready_rows(transport.queue_name()) == 0
+    assert "stored but not published; reconcile will publish it" in caplog.text
 
 
 def test_a_url_naming_a_database_that_is_not_configured_is_an_error(settings):

@@ -106,6 +106,13 @@ def past_the_return_limit(limit: int) -> str:
     return RETURN_LIMITS[kind()].format(limit=limit)
 
 
+def joins_transactions(using: str) -> bool:
+    """Whether a publish made inside a transaction on the database `using`
+    is part of that transaction (commits with it or not at all): the
+    database transport's, when `using` holds its queue. A broker's never is."""
+    return kind() == "database" and backend().alias() == using
+
+
 def backend() -> ModuleType:
     """The module that implements the transport the broker URL names."""
     return importlib.import_module(f"nightjar_delivery.transport.{kind()}")

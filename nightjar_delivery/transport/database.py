@@ -4,10 +4,12 @@ names the Django database alias that holds them (`db://queue` another one).
 The rows are nightjar_delivery.models.Message (table nightjar_delivery_message).
 
 How it keeps the promise the brokers keep:
-- Published means durable: publish is an INSERT, committed when it returns
-  (after the caller's commit, as every publish is), or with the caller's
-  transaction when called inside one: then it is rolled back with it. On
-  PostgreSQL the same statement NOTIFYs the queue's channel, sent at commit.
+- Published means durable: publish is an INSERT, committed when it returns,
+  or with the caller's transaction when called inside one: then it is rolled
+  back with it. The engine publishes a new intent inside the transaction that
+  writes it when the queue is in the intent's database (reconcile.
+  publish_on_commit): the two commit together. On PostgreSQL the same
+  statement NOTIFYs the queue's channel, sent at commit.
 - Claim: one UPDATE of the oldest ready rows (lease_until NULL or past) of
   the queue; on PostgreSQL their SELECT is FOR UPDATE SKIP LOCKED, so workers
   on several machines never wait for each other nor take the same row. The

@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from nightjar_delivery import DomainError, get_channel, publish_after_commit, transport
+from nightjar_delivery import DomainError, get_channel, publish_on_commit, transport
 from tickets import conf, contract, metrics, signals
 from tickets.models import Completion, ParkedDelivery, Registration, Seat, Ticket
 from tickets.services import evening
@@ -46,7 +46,9 @@ def find_registration(*, code: str) -> Registration:
 def publish_registration(registration: Registration, *, queue: str | None = None) -> None:
     """Publish one delivery of a registration (on NIGHTJAR_QUEUE, the
     registrations channel's queue, unless told). Raises transport.BrokerError.
-    Never call it inside a transaction: it waits on the network."""
+    On a broker never call it inside a transaction: it waits on the network
+    (the engine's publish_on_commit calls it after the commit there, and
+    inside the registration's transaction on the database transport)."""
     body = contract.encode(registration_id=registration.pk, name=registration.name)
     # message_id tells publications apart in logs; dedup is by the body's ID.
     message_id = f"{registration.code}/{timezone.now().timestamp():.6f}"
@@ -107,9 +109,10 @@ def _register(name: str, submission_key: str | None, email: str) -> Registration
         registration = Registration(name=name, submission_key=submission_key or None, seat=seat, email=email)
         Registration.objects.insert(registration)
         if seat == Seat.CONFIRMED:
-            # Safe in the database: after the commit the engine publishes it (a failed publish
-            # is logged and left for reconcile; the guest never sees an error for it).
-            transaction.on_commit(lambda: publish_after_commit(get_channel(CHANNEL), registration))
+            # Published with this commit (after it on a broker; the database transport's message
+            # commits with it): a failed publish is logged and left for reconcile, the guest never
+            # sees an error for it.
+            publish_on_commit(get_channel(CHANNEL), registration)
         else:
             signals.registration_waiting.send(sender=Registration, registration=registration)
     return registration

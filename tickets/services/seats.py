@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from nightjar_delivery import get_channel, publish_after_commit
+from nightjar_delivery import get_channel, publish_on_commit
 from tickets import signals
 from tickets.models import Evening, Registration, Seat
 from tickets.services.evening import capacity, locked_capacity, seats_taken
@@ -53,9 +53,7 @@ def fill_free_seats(limit: int | None, *, actor: str, why: str) -> list[Registra
     for registration in promoted:
         registration.seat, registration.promoted = Seat.CONFIRMED, now
         record_staff_action(actor=actor, action="promote", registration=registration, detail=why)
-        transaction.on_commit(
-            lambda registration=registration: publish_after_commit(get_channel(CHANNEL), registration)
-        )
+        publish_on_commit(get_channel(CHANNEL), registration)
     signals.seats_given.send(sender=Registration, registrations=promoted)
     return promoted
 
