@@ -166,8 +166,8 @@ def park(
     automatic_requeue: bool = False,
     deaths: int = 0,
 ):
-    """The one way an intent is parked for staff (inside the caller's
-    transaction): the worker's delivery limit, the dead-letter collector and
+    """The one way an intent is parked for staff (atomic: in the caller's
+    transaction when there is one): the worker's delivery limit, the dead-letter collector and
     a user's own limit (the tasks' attempts) all come here. body: the
     delivery's, kept as an excerpt and a hash; without one, excerpt says what
     the intent was (e.g. a task's path). automatic_requeue: not parked but
@@ -179,19 +179,20 @@ def park(
         excerpt, digest = storable_text(body[:2048], max_bytes=2048), hashlib.sha256(body).hexdigest()
     else:
         excerpt, digest = storable_text(excerpt, max_bytes=2048), ""
-    if not automatic_requeue:
-        channel.on_park(intent, reason=reason, deaths=deaths)
-    return channel.parked_model.objects.create(
-        reason=storable_text(reason, max_bytes=1200)[:300],
-        attempts=attempts,
-        body_excerpt=excerpt,
-        body_sha256=digest,
-        resolution=channel.parked_model.REQUEUED if automatic_requeue else "",
-        resolved_by=COLLECTOR if automatic_requeue else "",
-        resolved_at=timezone.now() if automatic_requeue else None,
-        automatic_requeue=automatic_requeue,
-        **{channel.intent_field: intent},
-    )
+    with transaction.atomic():  # the hook (which may lock the intent's row) and the record: together
+        if not automatic_requeue:
+            channel.on_park(intent, reason=reason, deaths=deaths)
+        return channel.parked_model.objects.create(
+            reason=storable_text(reason, max_bytes=1200)[:300],
+            attempts=attempts,
+            body_excerpt=excerpt,
+            body_sha256=digest,
+            resolution=channel.parked_model.REQUEUED if automatic_requeue else "",
+            resolved_by=COLLECTOR if automatic_requeue else "",
+            resolved_at=timezone.now() if automatic_requeue else None,
+            automatic_requeue=automatic_requeue,
+            **{channel.intent_field: intent},
+        )
 
 
 def failures_since_parked(intent_id: int, *, channel: Channel) -> "QuerySet[Any]":

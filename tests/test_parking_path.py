@@ -6,7 +6,6 @@ and calls the channel's on_requeue hook, where the tasks make a failed task
 ready again; the staff trail itself changes nothing."""
 
 import pytest
-from django.db import transaction
 
 from nightjar_delivery import channel, reconcile, recording, transport
 from nightjar_tasks.compat import TaskResultStatus
@@ -76,8 +75,7 @@ def test_the_tasks_reset_a_failed_task_in_on_requeue_not_in_their_staff_trail(se
     record = TaskRecord.objects.get(pk=add.enqueue(1, 2).id)
     TaskRecord.objects.filter(pk=record.pk).update(status=TaskResultStatus.FAILED, attempts=3)
     record.refresh_from_db()
-    with transaction.atomic():  # as the worker and the collector call it: inside their transaction
-        recording.park(record, reason="failed 3 times", attempts=3, excerpt=record.task_path, channel=tasks)
+    recording.park(record, reason="failed 3 times", attempts=3, excerpt=record.task_path, channel=tasks)
 
     tasks.record_staff_action(actor="staff", action="requeue", intent=record, detail="only a trace")
     assert TaskRecord.objects.get(pk=record.pk).status == TaskResultStatus.FAILED  # the trail is only a trail

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 from django.contrib import admin
-from django.db import transaction
 from django.utils import timezone
 
 import nightjar_delivery
@@ -73,12 +72,10 @@ def test_the_tasks_gauges_are_the_engines_counted_over_their_queue(settings):
     later = add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)  # READY, not yet due
     failed = TaskRecord.objects.get(pk=add.enqueue(2, 3).id)
     TaskRecord.objects.filter(pk=failed.pk).update(status=TaskResultStatus.FAILED)
-    with transaction.atomic():  # as the worker and the collector call it: inside their transaction
-        recording.park(failed, reason="failed", attempts=1, excerpt=failed.task_path, channel=tasks)
+    recording.park(failed, reason="failed", attempts=1, excerpt=failed.task_path, channel=tasks)
     other_queue = TaskRecord.objects.get(pk=add.enqueue(3, 4).id)
     TaskRecord.objects.filter(pk=other_queue.pk).update(queue_name="elsewhere", status=TaskResultStatus.FAILED)
-    with transaction.atomic():  # as the worker and the collector call it: inside their transaction
-        recording.park(other_queue, reason="failed", attempts=1, excerpt=other_queue.task_path, channel=tasks)
+    recording.park(other_queue, reason="failed", attempts=1, excerpt=other_queue.task_path, channel=tasks)
     gauges = tasks.gauges()
     assert (gauges["pending"], gauges["parked"]) == (1, 1)
     assert TaskRecord.objects.get(pk=later.id).status == TaskResultStatus.READY
