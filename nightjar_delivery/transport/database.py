@@ -134,24 +134,46 @@ def insert(bodies: list[bytes], *, queue: str, message_id: str = "") -> None:
     kind = vendor(using)
     now = NOW[kind]
     values = f"INSERT INTO {TABLE} (queue, body, message_id, created, deliveries, claimed_by) VALUES (%s, %s, %s, {now}, 0, '')"
+    if kind == "postgresql":
+        # One statement: the row and its NOTIFY commit together.
+        statement, notify = f"WITH m AS ({values}) SELECT pg_notify(%s, '')", [channel_name(queue)]
+    else:
+        statement, notify = values, []
+    rows = [[queue, body, message_id, *notify] for body in bodies]
     try:
         db = connections[using]
-        with transaction.atomic(using=using) if db.in_atomic_block else contextlib.nullcontext():
-            for body in bodies:
-                if kind == "postgresql":
-                    # One statement: the row and its NOTIFY commit together.
-                    sql.execute(
-                        f"WITH m AS ({values}) SELECT pg_notify(%s, '')",
-                        [queue, body, message_id, channel_name(queue)],
-                        using=using,
-                        fetch=False,
-                    )
-                else:
-                    sql.execute(values, [queue, body, message_id], using=using, fetch=False)
+        if kind == "postgresql" and db.in_atomic_block:
+            _in_a_savepoint_at_once(db, statement, rows)
+        else:
+            with transaction.atomic(using=using) if db.in_atomic_block else contextlib.nullcontext():
+                for params in rows:
+                    sql.execute(statement, params, using=using, fetch=False)
     except ERRORS as error:
         raise translated("publish", error) from None
     with _published:
         _published.notify_all()
+
+
+def _in_a_savepoint_at_once(db: Any, statement: str, rows: list[list[Any]]) -> None:
+    """Inside the caller's transaction on PostgreSQL: SAVEPOINT, the rows and
+    RELEASE in one round trip (a psycopg pipeline), where Django's atomic
+    block sends each alone (a registration's or an enqueue's message: two
+    round trips saved). A failure rolls back to the savepoint, so the
+    caller's transaction goes on, and raises."""
+    db.ensure_connection()
+    raw = db.connection
+    with db.wrap_database_errors:
+        try:
+            with raw.pipeline(), sql.server_side_cursor(raw) as cursor:
+                cursor.execute("SAVEPOINT nightjar_publish")
+                for params in rows:
+                    cursor.execute(statement, params)
+                cursor.execute("RELEASE SAVEPOINT nightjar_publish")
+        except BaseException:
+            with contextlib.suppress(*ERRORS):  # (a connection gone: the caller's transaction is lost anyway)
+                raw.execute("ROLLBACK TO SAVEPOINT nightjar_publish")
+                raw.execute("RELEASE SAVEPOINT nightjar_publish")
+            raise
 
 
 class Publisher:
