@@ -160,8 +160,8 @@ SECTIONS: dict[str, Section] = {
     "dbqueue": Section(
         _dbqueue,
         "the database transport (db://default), SQLite then PostgreSQL: a raw SKIP LOCKED loop (sqlite3,\n"
-        "psycopg) against Nightjar's worker on it, per delivery; the pick-up latency, idle and at half\n"
-        "load, beside RabbitMQ's and Redis's\n"
+        "psycopg) against Nightjar's worker on it, per delivery, and the same worker on RabbitMQ; the\n"
+        "pick-up latency, idle and at half load, beside RabbitMQ's and Redis's\n"
         "(only with --only dbqueue)",
         default=False,
     ),
