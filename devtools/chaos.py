@@ -56,9 +56,9 @@ class Postgres:
     def __init__(self, prefix: str) -> None:
         self.folder, self.port = Path(tempfile.mkdtemp(prefix=prefix)), free_port()
 
-    def _cluster(self, *args: str) -> str:
+    def _cluster(self, *args: str, check: bool = True) -> str:
         command = [str(POSTGRES_CLUSTER), *args]
-        return subprocess.run(command, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+        return subprocess.run(command, capture_output=True, text=True, check=check, timeout=120).stdout.strip()
 
     def start(self) -> str:
         """Its DATABASE_URL."""
@@ -71,5 +71,5 @@ class Postgres:
         self.start()
 
     def remove(self) -> None:
-        subprocess.run([str(POSTGRES_CLUSTER), "stop", str(self.folder)], capture_output=True)
+        self._cluster("stop", str(self.folder), check=False)
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -218,8 +218,8 @@ def publish_on_commit(channel: Channel, intent: Any, *, wait: bool = True) -> No
     reconcile in between. Elsewhere publish_after_commit() runs after the
     commit (at once outside a transaction). A failed publish is logged and
     left for reconcile either way; the caller's transaction goes on."""
-    using = router.db_for_write(channel.intent_model)
-    if transport.joins_transactions(using) and transaction.get_connection(using).in_atomic_block:
+    using, joins = _intent_database(channel)
+    if joins and transaction.get_connection(using).in_atomic_block:
         try:
             channel.publish(intent)  # (the database transport's INSERT: a savepoint of its own)
         except transport.BrokerError as error:
@@ -235,8 +235,16 @@ def publish_transaction(channel: Channel) -> AbstractContextManager[Any]:
     message commit together; elsewhere nothing of its own (the publish waits
     for the row's commit anyway, and a transaction would cost PostgreSQL a
     round trip more)."""
+    using, joins = _intent_database(channel)
+    return transaction.atomic(using=using) if joins else contextlib.nullcontext()
+
+
+def _intent_database(channel: Channel) -> tuple[str, bool]:
+    """The database the channel's intents are written to, and whether a
+    publish inside a transaction there joins it (the database transport's
+    queue is in it)."""
     using = router.db_for_write(channel.intent_model)
-    return transaction.atomic(using=using) if transport.joins_transactions(using) else contextlib.nullcontext()
+    return using, transport.joins_transactions(using)
 
 
 def _left_for_reconcile(channel: Channel, key: Any, error: transport.BrokerError) -> None:

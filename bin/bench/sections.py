@@ -450,7 +450,7 @@ def bench_desk(n: int) -> None:
 def ticket_latencies(rate: float, seconds: float, env: dict[str, str] | None = None) -> list[float]:
     """One worker in service mode (on the broker env names, else the
     benchmark's) while this process registers guests at `rate` a second, each
-    in its own transaction, published after its commit as the site does:
+    in its own transaction, published as the site does (publish_on_commit):
     milliseconds from each registration's row to its ticket's (the handler's
     INSERT), sorted. The database is emptied first."""
     reset_database()

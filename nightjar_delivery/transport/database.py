@@ -150,6 +150,11 @@ def insert(bodies: list[bytes], *, queue: str, message_id: str = "") -> None:
                     sql.execute(statement, params, using=using, fetch=False)
     except ERRORS as error:
         raise translated("publish", error) from None
+    # This process's idle consumers look once the rows are there to see: after the commit.
+    transaction.on_commit(_wake_consumers, using=using)
+
+
+def _wake_consumers() -> None:
     with _published:
         _published.notify_all()
 
@@ -160,8 +165,7 @@ def _in_a_savepoint_at_once(db: Any, statement: str, rows: list[list[Any]]) -> N
     block sends each alone (a registration's or an enqueue's message: two
     round trips saved). A failure rolls back to the savepoint, so the
     caller's transaction goes on, and raises."""
-    db.ensure_connection()
-    raw = db.connection
+    raw = db.connection  # (open: a transaction is under way on it)
     with db.wrap_database_errors:
         try:
             with raw.pipeline(), sql.server_side_cursor(raw) as cursor:
