@@ -46,31 +46,21 @@ def prepare(n: int) -> None:
         )
 
 
-def raw_skip_locked(n: int, prefetch: int = 10) -> float:
-    """One process: claim the oldest ready rows, as many as the worker's
-    prefetch (UPDATE ... RETURNING; FOR UPDATE SKIP LOCKED on PostgreSQL) in
-    autocommit; their registrations' stored rows read in one SELECT and each
-    body checked against its row (the name), as the worker's screening reads
-    ahead and checks; then per row one transaction: the completion key, the
-    ticket if the key is new, the row's DELETE; COMMIT."""
+def raw_loop(n: int, work, prefetch: int = 10) -> float:
+    """One process, a plain DB-API connection (s.dbapi) in autocommit: claim
+    the oldest ready rows, as many as the worker's prefetch (UPDATE ...
+    RETURNING; FOR UPDATE SKIP LOCKED on PostgreSQL), decode their bodies,
+    and let work(cursor, mark, begin, messages) do each row's work, yielding
+    once per row committed (its DELETE with it). Deliveries per second from
+    the first claim to the last commit."""
     db, mark, begin = s.dbapi()
-    pg = connection.vendor == "postgresql"
     now_sql = database.NOW[connection.vendor]
     claim = (
         f"UPDATE {database.TABLE} SET claimed_by = 'raw', holder = 0, lease_until = {now_sql} + 60,"
         f" deliveries = deliveries + 1 WHERE id IN (SELECT id FROM {database.TABLE} WHERE queue = {mark}"
         f" AND (lease_until IS NULL OR lease_until < {now_sql}) ORDER BY id LIMIT {prefetch}"
-        f"{' FOR UPDATE SKIP LOCKED' if pg else ''}) RETURNING id, body"
+        f"{' FOR UPDATE SKIP LOCKED' if connection.vendor == 'postgresql' else ''}) RETURNING id, body"
     )
-    key = (
-        f"INSERT INTO tickets_completion (registration_id, completed) VALUES ({mark}, {mark})"
-        " ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id"
-    )
-    ticket = (
-        f"INSERT INTO tickets_ticket (registration_id, name, issued, secret) VALUES ({mark}, {mark}, {mark}, {mark})"
-    )
-    delete = f"DELETE FROM {database.TABLE} WHERE id = {mark}"
-    stored = "SELECT id, name, seat FROM tickets_registration WHERE id " + ("= ANY(%s)" if pg else "IN ({})")
     queue = transport.queue_name()
     cursor = db.cursor()
     done, first, last = 0, 0.0, 0.0
@@ -81,12 +71,38 @@ def raw_skip_locked(n: int, prefetch: int = 10) -> float:
             break
         if not first:
             first = time.perf_counter()
-        messages = [(tag, contract.decode(bytes(body))) for tag, body in rows]
+        for _ in work(cursor, mark, begin, [(tag, contract.decode(bytes(body))) for tag, body in rows]):
+            done += 1
+            last = time.perf_counter()
+    db.close()
+    assert done == n, f"the raw loop handled {done} of {n}"
+    return (n - 1) / (last - first)
+
+
+def raw_skip_locked(n: int) -> float:
+    """The ceiling in plain SQL: the claimed rows' registrations read in one
+    SELECT and each body checked against its row (the name), as the worker's
+    screening reads ahead and checks; then per row one transaction on the
+    same connection: the completion key, the ticket if the key is new, the
+    row's DELETE; COMMIT."""
+
+    def work(cursor, mark, begin, messages):
+        pg = connection.vendor == "postgresql"
+        key = (
+            f"INSERT INTO tickets_completion (registration_id, completed) VALUES ({mark}, {mark})"
+            " ON CONFLICT (registration_id) DO NOTHING RETURNING registration_id"
+        )
+        ticket = (
+            "INSERT INTO tickets_ticket (registration_id, name, issued, secret)"
+            f" VALUES ({mark}, {mark}, {mark}, {mark})"
+        )
+        delete = f"DELETE FROM {database.TABLE} WHERE id = {mark}"
         ids = [message.registration_id for _, message in messages]
         if pg:
-            cursor.execute(stored, [ids])
+            cursor.execute("SELECT id, name, seat FROM tickets_registration WHERE id = ANY(%s)", [ids])
         else:
-            cursor.execute(stored.format(", ".join(["?"] * len(ids))), ids)
+            marks = ", ".join(["?"] * len(ids))
+            cursor.execute(f"SELECT id, name, seat FROM tickets_registration WHERE id IN ({marks})", ids)
         names = {pk: name for pk, name, _seat in cursor.fetchall()}
         for tag, message in messages:
             assert names[message.registration_id] == message.name
@@ -97,46 +113,26 @@ def raw_skip_locked(n: int, prefetch: int = 10) -> float:
                 cursor.execute(ticket, [message.registration_id, message.name, now, secrets.token_urlsafe(32)])
             cursor.execute(delete, [tag])
             cursor.execute("COMMIT")
-            done += 1
-            last = time.perf_counter()
-    db.close()
-    assert done == n, f"the raw loop handled {done} of {n}"
-    return (n - 1) / (last - first)
+            yield
+
+    return raw_loop(n, work)
 
 
-def raw_skip_locked_handler_work(n: int, prefetch: int = 10) -> float:
-    """raw_skip_locked's claim on a plain connection of its own, but the
-    work done as tickets does it, on Django's connection: the claimed rows'
-    registrations read and each body checked with tickets' own calls
-    (Registration.objects.stored, contract.check_stored: the worker's
-    screening asks the same), then per row Django's atomic block with the
-    key and, if new, the ticket (Completion.objects.insert_if_new,
-    issue_ticket: the handler's calls, with their "a ticket is issued"
-    signal and the mail's receiver) and the row's DELETE, one transaction.
-    The ceiling of any Django worker whose handler is the ticket handler:
-    the worker's ratio to it is what the engine and the transport cost; the
-    plain-SQL loop's, also what Django's transaction and tickets' calls cost."""
-    db, mark, _begin = s.dbapi()
-    pg = connection.vendor == "postgresql"
-    now_sql = database.NOW[connection.vendor]
-    claim = (
-        f"UPDATE {database.TABLE} SET claimed_by = 'raw', holder = 0, lease_until = {now_sql} + 60,"
-        f" deliveries = deliveries + 1 WHERE id IN (SELECT id FROM {database.TABLE} WHERE queue = {mark}"
-        f" AND (lease_until IS NULL OR lease_until < {now_sql}) ORDER BY id LIMIT {prefetch}"
-        f"{' FOR UPDATE SKIP LOCKED' if pg else ''}) RETURNING id, body"
-    )
+def raw_skip_locked_handler_work(n: int) -> float:
+    """The same claim, but the work done as tickets does it, on Django's
+    connection: the claimed rows' registrations read and each body checked
+    with tickets' own calls (Registration.objects.stored,
+    contract.check_stored: the worker's screening asks the same), then per
+    row Django's atomic block with the key and, if new, the ticket
+    (Completion.objects.insert_if_new, issue_ticket: the handler's calls,
+    with their "a ticket is issued" signal and the mail's receiver) and the
+    row's DELETE, one transaction. The ceiling of any Django worker whose
+    handler is the ticket handler: the worker's ratio to it is what the
+    engine and the transport cost; the plain-SQL loop's, also what Django's
+    transaction and tickets' calls cost."""
     delete = f"DELETE FROM {database.TABLE} WHERE id = %s"
-    queue = transport.queue_name()
-    cursor = db.cursor()
-    done, first, last = 0, 0.0, 0.0
-    while done < n:
-        cursor.execute(claim, [queue])
-        rows = sorted(cursor.fetchall())
-        if not rows:
-            break
-        if not first:
-            first = time.perf_counter()
-        messages = [(tag, contract.decode(bytes(body))) for tag, body in rows]
+
+    def work(cursor, mark, begin, messages):
         stored = Registration.objects.stored([message.registration_id for _, message in messages])
         for tag, message in messages:
             contract.check_stored(message, stored[message.registration_id][0])
@@ -144,11 +140,9 @@ def raw_skip_locked_handler_work(n: int, prefetch: int = 10) -> float:
                 if Completion.objects.insert_if_new(registration_id=message.registration_id):
                     issue_ticket(registration_id=message.registration_id, name=message.name)
                 sql.execute(delete, [tag], fetch=False)
-            done += 1
-            last = time.perf_counter()
-    db.close()
-    assert done == n, f"the raw loop handled {done} of {n}"
-    return (n - 1) / (last - first)
+            yield
+
+    return raw_loop(n, work)
 
 
 def publish_as_another_process(body: bytes, queue: str) -> None:
