@@ -7,8 +7,9 @@ worker run, and the result read SUCCESSFUL from another process — on Django
 5.2 with the backport (Python 3.11) and on Django 6.1 with django.tasks
 (Python 3.12, the image's pyenv build; none found fails). And with no
 broker extra at all: the "No broker needed" block (the database transport,
-db://default) on SQLite, Django 5.2."""
+db://default) on SQLite and on PostgreSQL, Django 5.2."""
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -16,10 +17,11 @@ import sys
 import textwrap
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from devtools import pythons
+from devtools import chaos, pythons
 from tests.helpers import tasks_settings_block
 
 pytestmark = [pytest.mark.system, pytest.mark.transport_free]
@@ -141,28 +143,63 @@ def test_a_stranger_installs_the_wheel_and_runs_a_task_once(wheel, rabbit, tmp_p
     )
 
 
-def test_a_stranger_with_no_broker_runs_a_task_on_the_database_transport(wheel, tmp_path):
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_stranger_with_no_broker_runs_a_task_on_the_database_transport(wheel, tmp_path, database):
     """docs/tasks.md's "No broker needed" block as written: its `pip install`
-    line's extras (no broker's), its settings pasted into a fresh startproject
-    on SQLite, nothing else running; no pika, no redis-py in the venv."""
+    line's extras (no broker's), its settings pasted into a fresh startproject,
+    nothing else running; no pika, no redis-py in the venv. On the project's
+    SQLite as startproject made it, and on PostgreSQL (a throwaway cluster of
+    its own; the `postgres` extra, as the page says, and the project's
+    DATABASES pointed at it: nothing but the database)."""
     pip_line, block = no_broker_block()
     extras = re.search(r"django-nightjar\[([^\]]*)\]", pip_line).group(1)
     assert not {"rabbitmq", "redis"} & set(extras.split(",")), pip_line
     assert 'NIGHTJAR_BROKER_URL = "db://default"' in block
-    run = _stranger(tmp_path, sys.executable, f"{wheel}[{extras}]", "5.2")
-    absent = run("python", "-c", "import importlib.util as u; print([m for m in ('pika', 'redis') if u.find_spec(m)])")
-    assert absent.strip() == "[]"
-    _run_a_task(
-        run, "# Pasted from docs/tasks.md's No broker needed, as written:\n" + block + 'INSTALLED_APPS += ["shop"]\n'
-    )
+    own = ""
+    with contextlib.ExitStack() as stack:
+        if database == "postgresql":
+            assert "`postgres` on PostgreSQL" in no_broker_section(), "the page no longer names the postgres extra"
+            extras += ",postgres"
+            cluster = chaos.Postgres("nightjar-stranger-pg.")
+            stack.callback(cluster.remove)
+            url = urlsplit(cluster.start())
+            database_settings = {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": url.path.lstrip("/"),
+                "USER": url.username,
+                "PASSWORD": url.password or "",
+                "HOST": url.hostname,
+                "PORT": url.port,
+            }
+            own = f"\n# This project's own database:\nDATABASES = {{'default': {database_settings!r}}}\n"
+        run = _stranger(tmp_path, sys.executable, f"{wheel}[{extras}]", "5.2")
+        absent = run(
+            "python", "-c", "import importlib.util as u; print([m for m in ('pika', 'redis') if u.find_spec(m)])"
+        )
+        assert absent.strip() == "[]"
+        _run_a_task(
+            run,
+            "# Pasted from docs/tasks.md's No broker needed, as written:\n"
+            + block
+            + 'INSTALLED_APPS += ["shop"]\n'
+            + own,
+        )
+        if database == "postgresql":  # the task's row, its message and its result were in PostgreSQL
+            engine = run(
+                "python", "manage.py", "shell", "-c", "from django.db import connection; print(connection.vendor)"
+            )
+            assert engine.strip().splitlines()[-1] == "postgresql"
+
+
+def no_broker_section() -> str:
+    page = (ROOT / "docs" / "tasks.md").read_text()
+    return page.split("## No broker needed", 1)[1].split("\n## ", 1)[0]
 
 
 def no_broker_block() -> tuple[str, str]:
     """The indented block under docs/tasks.md's "No broker needed" heading: its
     `pip install` line (on Django 5.2), and the settings lines after it."""
-    page = (ROOT / "docs" / "tasks.md").read_text()
-    section = page.split("## No broker needed", 1)[1].split("\n## ", 1)[0]
-    block = textwrap.dedent(re.search(r"\n\n((?:    .*\n|\n)+)", section).group(1))
+    block = textwrap.dedent(re.search(r"\n\n((?:    .*\n|\n)+)", no_broker_section()).group(1))
     pip_line, settings = block.split("\n", 1)
     assert pip_line.startswith("pip install "), block
     return pip_line, settings.strip("\n") + "\n"
