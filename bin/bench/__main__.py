@@ -159,9 +159,10 @@ SECTIONS: dict[str, Section] = {
     ),
     "dbqueue": Section(
         _dbqueue,
-        "the database transport (db://default), SQLite then PostgreSQL: a raw SKIP LOCKED loop (sqlite3,\n"
-        "psycopg) against Nightjar's worker on it, per delivery, and the same worker on RabbitMQ; the\n"
-        "pick-up latency, idle and at half load, beside RabbitMQ's and Redis's\n"
+        "the database transport (db://default), SQLite then PostgreSQL: two raw SKIP LOCKED loops (sqlite3,\n"
+        "psycopg; the work in plain SQL, and as tickets does it: the target's) against Nightjar's worker\n"
+        "on it, per delivery, and the same worker on RabbitMQ; the pick-up latency, idle and at half\n"
+        "load, beside RabbitMQ's and Redis's\n"
         "(only with --only dbqueue)",
         default=False,
     ),
