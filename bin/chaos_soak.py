@@ -101,6 +101,9 @@ class Soak:
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "NIGHTJAR_REGISTRATIONS_PER_MINUTE": "0",
             "NIGHTJAR_LOG_FORMAT": "plain",
+            # Its own static files: collectstatic rewrites every hashed file, and
+            # the checkout's are read meanwhile by whatever else runs in it.
+            "NIGHTJAR_STATIC_ROOT": str(self.folder / "static"),
             # Killed workers' entries are claimed by the others quickly (Redis Streams).
             "NIGHTJAR_CLAIM_IDLE_SECONDS": "2",
             "PYTHONUNBUFFERED": "1",
@@ -578,7 +581,7 @@ class Soak:
         return 0 if ok else 1
 
 
-def main() -> int:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registrations", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=3)
@@ -611,10 +614,14 @@ def main() -> int:
     parser.add_argument("--mail", action="store_true", help="Guests give addresses; mail senders and an SMTP server.")
     parser.add_argument("--seed", type=int, default=None, help="Seed for the choice of victims and delays.")
     parser.add_argument("--keep", action="store_true", help="Keep the folder with logs and database.")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.registrations < 2 or args.workers < 1:
         parser.error("--registrations must be at least 2 and --workers at least 1")
-    return Soak(args).run()
+    return args
+
+
+def main() -> int:
+    return Soak(arguments()).run()
 
 
 if __name__ == "__main__":

@@ -353,3 +353,35 @@ def test_redis_node_and_postgres_cluster_stop_when_given_start_s_own_arguments(t
     finally:
         subprocess.run([ROOT / "bin" / "postgres-cluster", "stop", pg_folder], capture_output=True, timeout=120)
         shutil.rmtree(pg_folder, ignore_errors=True)
+
+
+@pytest.mark.system
+@pytest.mark.transport_free
+def test_a_soak_and_the_benchmark_collect_static_files_outside_the_checkout(tmp_path):
+    """bin/test's lanes run in one checkout at once. A soak's collectstatic
+    deleted and rewrote the checkout's hashed files while another lane's site
+    listed them (whitenoise: FileNotFoundError in two fast tests, CI at 3913325):
+    NIGHTJAR_STATIC_ROOT gives each its own folder."""
+    static = tmp_path / "static"
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env={**os.environ, "NIGHTJAR_STATIC_ROOT": str(static)},
+        check=True,
+        timeout=120,
+    )
+    manifest = json.loads((static / "staticfiles.json").read_text())
+    assert (static / manifest["paths"]["nightjar.css"]).is_file()
+
+    sys.path.insert(0, str(ROOT / "bin"))
+    try:
+        import chaos_soak
+    finally:
+        sys.path.remove(str(ROOT / "bin"))
+    soak = chaos_soak.Soak(chaos_soak.arguments([]))
+    try:
+        assert Path(soak.env["NIGHTJAR_STATIC_ROOT"]).parent == soak.folder
+    finally:
+        shutil.rmtree(soak.folder)
+    bench = (ROOT / "bin" / "bench" / "__main__.py").read_text()
+    assert 'NIGHTJAR_STATIC_ROOT=str(folder / "static")' in bench

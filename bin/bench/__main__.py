@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "nightjar.settings"),
                 NIGHTJAR_LOG_LEVEL="WARNING",
                 NIGHTJAR_LOG_FORMAT="plain",
+                NIGHTJAR_STATIC_ROOT=str(folder / "static"),  # not the checkout's (see bin/chaos_soak.py)
             )
         )
         if not os.environ.get("RABBITMQ_URL"):
