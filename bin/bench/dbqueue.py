@@ -46,13 +46,13 @@ def prepare(n: int) -> None:
         )
 
 
-def raw_loop(n: int, work, prefetch: int = 10) -> float:
+def raw_loop(n: int, setup, prefetch: int = 10) -> float:
     """One process, a plain DB-API connection (s.dbapi) in autocommit: claim
     the oldest ready rows, as many as the worker's prefetch (UPDATE ...
     RETURNING; FOR UPDATE SKIP LOCKED on PostgreSQL), decode their bodies,
-    and let work(cursor, mark, begin, messages) do each row's work, yielding
-    once per row committed (its DELETE with it). Deliveries per second from
-    the first claim to the last commit."""
+    and let work(messages) do each row's work, yielding once per row
+    committed (its DELETE with it); setup(cursor, mark, begin) makes work,
+    once. Deliveries per second from the first claim to the last commit."""
     db, mark, begin = s.dbapi()
     now_sql = database.NOW[connection.vendor]
     claim = (
@@ -63,6 +63,7 @@ def raw_loop(n: int, work, prefetch: int = 10) -> float:
     )
     queue = transport.queue_name()
     cursor = db.cursor()
+    work = setup(cursor, mark, begin)
     done, first, last = 0, 0.0, 0.0
     while done < n:
         cursor.execute(claim, [queue])
@@ -71,7 +72,7 @@ def raw_loop(n: int, work, prefetch: int = 10) -> float:
             break
         if not first:
             first = time.perf_counter()
-        for _ in work(cursor, mark, begin, [(tag, contract.decode(bytes(body))) for tag, body in rows]):
+        for _ in work([(tag, contract.decode(bytes(body))) for tag, body in rows]):
             done += 1
             last = time.perf_counter()
     db.close()
@@ -86,7 +87,7 @@ def raw_skip_locked(n: int) -> float:
     same connection: the completion key, the ticket if the key is new, the
     row's DELETE; COMMIT."""
 
-    def work(cursor, mark, begin, messages):
+    def setup(cursor, mark, begin):
         pg = connection.vendor == "postgresql"
         key = (
             f"INSERT INTO tickets_completion (registration_id, completed) VALUES ({mark}, {mark})"
@@ -97,25 +98,29 @@ def raw_skip_locked(n: int) -> float:
             f" VALUES ({mark}, {mark}, {mark}, {mark})"
         )
         delete = f"DELETE FROM {database.TABLE} WHERE id = {mark}"
-        ids = [message.registration_id for _, message in messages]
-        if pg:
-            cursor.execute("SELECT id, name, seat FROM tickets_registration WHERE id = ANY(%s)", [ids])
-        else:
-            marks = ", ".join(["?"] * len(ids))
-            cursor.execute(f"SELECT id, name, seat FROM tickets_registration WHERE id IN ({marks})", ids)
-        names = {pk: name for pk, name, _seat in cursor.fetchall()}
-        for tag, message in messages:
-            assert names[message.registration_id] == message.name
-            now = datetime.now(UTC).replace(tzinfo=None)
-            cursor.execute(begin)
-            cursor.execute(key, [message.registration_id, now])
-            if cursor.fetchall():
-                cursor.execute(ticket, [message.registration_id, message.name, now, secrets.token_urlsafe(32)])
-            cursor.execute(delete, [tag])
-            cursor.execute("COMMIT")
-            yield
 
-    return raw_loop(n, work)
+        def work(messages):
+            ids = [message.registration_id for _, message in messages]
+            if pg:
+                cursor.execute("SELECT id, name, seat FROM tickets_registration WHERE id = ANY(%s)", [ids])
+            else:
+                marks = ", ".join(["?"] * len(ids))
+                cursor.execute(f"SELECT id, name, seat FROM tickets_registration WHERE id IN ({marks})", ids)
+            names = {pk: name for pk, name, _seat in cursor.fetchall()}
+            for tag, message in messages:
+                assert names[message.registration_id] == message.name
+                now = datetime.now(UTC).replace(tzinfo=None)
+                cursor.execute(begin)
+                cursor.execute(key, [message.registration_id, now])
+                if cursor.fetchall():
+                    cursor.execute(ticket, [message.registration_id, message.name, now, secrets.token_urlsafe(32)])
+                cursor.execute(delete, [tag])
+                cursor.execute("COMMIT")
+                yield
+
+        return work
+
+    return raw_loop(n, setup)
 
 
 def raw_skip_locked_handler_work(n: int) -> float:
@@ -132,7 +137,7 @@ def raw_skip_locked_handler_work(n: int) -> float:
     transaction and tickets' calls cost."""
     delete = f"DELETE FROM {database.TABLE} WHERE id = %s"
 
-    def work(cursor, mark, begin, messages):
+    def work(messages):
         stored = Registration.objects.stored([message.registration_id for _, message in messages])
         for tag, message in messages:
             contract.check_stored(message, stored[message.registration_id][0])
@@ -142,7 +147,7 @@ def raw_skip_locked_handler_work(n: int) -> float:
                 sql.execute(delete, [tag], fetch=False)
             yield
 
-    return raw_loop(n, work)
+    return raw_loop(n, lambda cursor, mark, begin: work)
 
 
 def publish_as_another_process(body: bytes, queue: str) -> None:
